@@ -1,0 +1,203 @@
+"""The top-level run configuration and its validation.
+
+Everything here is a plain dataclass: Hydra (in ``scripts/``) fills them from ``conf/``, tests and
+notebooks build them directly. :func:`validate` turns out-of-range values into a one-line
+:class:`ConfigError` before anything is written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.cells import CELLS
+from agents.networks import NetworkConfig
+from agents.rdqn import RDQNConfig
+from agents.replay import ReplayConfig
+from envs.config import ConfigError, EnvConfig
+from envs.make import EnvSpec
+
+
+@dataclass
+class TrainConfig:
+    """Training loop settings."""
+
+    # Env steps to collect in total (summed over vectorised envs).
+    total_env_steps: int = 15_000
+    # Env steps of random-policy... (epsilon schedule still applies) collected before learning.
+    learning_starts: int = 1_000
+    # Learner updates per env step (fractional: 0.25 = one update every 4 env steps).
+    updates_per_step: float = 0.25
+    # Learner metrics are averaged and written every this many updates.
+    log_every_updates: int = 50
+    # Env steps between checkpoints (a final one is always written).
+    checkpoint_every_env_steps: int = 5_000
+    # Show a progress bar (env steps, recent return, steps/s).
+    progress_bar: bool = True
+    # Make TF ops deterministic (same seed, same numbers).
+    deterministic: bool = True
+
+
+@dataclass
+class EvalConfig:
+    """Greedy evaluation on separate env instances."""
+
+    # Env steps between evaluations (also run at the end).
+    every_env_steps: int = 1_000
+    # Greedy episodes per evaluation (run in parallel, one env each).
+    episodes: int = 10
+
+
+@dataclass
+class Config:
+    """A whole run."""
+
+    agent: Any = field(default_factory=RDQNConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    # Seeds envs, networks, exploration and replay sampling.
+    seed: int = 0
+    # A run directory to continue from its last complete checkpoint.
+    resume: str | None = None
+    # Where this run writes (scripts/train.py sets it to Hydra's output directory).
+    run_dir: str = "runs/default"
+
+
+def _check(ok: bool, key: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed {allowed}")
+
+
+def _num(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def validate(config: Config) -> None:
+    """Check every range that does not need the env; raises :class:`ConfigError` (one line)."""
+    a, n, r, t, e, v = (
+        config.agent,
+        config.network,
+        config.replay,
+        config.train,
+        config.env,
+        config.eval,
+    )
+    _check(_num(a.tau) and 0 < a.tau <= 1, "agent.tau", a.tau, "(0, 1]")
+    _check(_num(a.gamma) and 0 <= a.gamma <= 1, "agent.gamma", a.gamma, "[0, 1]")
+    _check(a.n_step >= 1, "agent.n_step", a.n_step, "integers >= 1")
+    _check(a.batch_size >= 1, "agent.batch_size", a.batch_size, "integers >= 1")
+    _check(_num(a.lr) and a.lr > 0, "agent.lr", a.lr, "> 0")
+    _check(a.target_update_period >= 1, "agent.target_update_period", a.target_update_period, ">= 1")
+    _check(_num(a.max_grad_norm) and a.max_grad_norm > 0, "agent.max_grad_norm", a.max_grad_norm, "> 0")
+    if a.kind == "rdqn":
+        for key in ("epsilon_start", "epsilon_end"):
+            val = getattr(a, key)
+            _check(_num(val) and 0 <= val <= 1, f"agent.{key}", val, "[0, 1]")
+        _check(a.epsilon_decay_steps >= 1, "agent.epsilon_decay_steps", a.epsilon_decay_steps, ">= 1")
+        _check(a.huber_delta > 0, "agent.huber_delta", a.huber_delta, "> 0")
+    _check(n.cell in CELLS, "network.cell", n.cell, "one of " + "|".join(CELLS))
+    _check(n.units >= 1, "network.units", n.units, "integers >= 1")
+    for key in ("pre_layers", "post_layers"):
+        widths = list(getattr(n, key))
+        _check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")
+    _check(r.burn_in >= 0, "replay.burn_in", r.burn_in, "integers >= 0")
+    _check(
+        r.trace_length >= 1,
+        "replay.burn_in",
+        r.burn_in,
+        f"< burn_in + trace_length (trace_length={r.trace_length} must be >= 1)",
+    )
+    _check(
+        r.initial_state in ("stored", "zero"),
+        "replay.initial_state",
+        r.initial_state,
+        "stored|zero",
+    )
+    _check(e.num_envs >= 1, "env.num_envs", e.num_envs, "integers >= 1")
+    seq = r.burn_in + r.trace_length + a.n_step
+    per_env = r.capacity // max(e.num_envs, 1)
+    _check(
+        per_env >= seq,
+        "replay.capacity",
+        r.capacity,
+        f">= {seq * e.num_envs} (a sequence of burn_in + trace_length + n_step = {seq} rows "
+        f"per env x {e.num_envs} envs)",
+    )
+    _check(_num(e.flicker) and 0 <= e.flicker < 1, "env.flicker", e.flicker, "[0, 1)")
+    _check(_num(e.obs_noise) and e.obs_noise >= 0, "env.obs_noise", e.obs_noise, ">= 0")
+    _check(t.total_env_steps >= 1, "train.total_env_steps", t.total_env_steps, "integers >= 1")
+    _check(t.learning_starts >= 0, "train.learning_starts", t.learning_starts, "integers >= 0")
+    _check(
+        _num(t.updates_per_step) and t.updates_per_step > 0,
+        "train.updates_per_step",
+        t.updates_per_step,
+        "> 0",
+    )
+    _check(t.log_every_updates >= 1, "train.log_every_updates", t.log_every_updates, ">= 1")
+    _check(
+        t.checkpoint_every_env_steps >= 1,
+        "train.checkpoint_every_env_steps",
+        t.checkpoint_every_env_steps,
+        ">= 1",
+    )
+    _check(v.every_env_steps >= 1, "eval.every_env_steps", v.every_env_steps, ">= 1")
+    _check(v.episodes >= 1, "eval.episodes", v.episodes, "integers >= 1")
+
+
+def validate_for_env(config: Config, spec: EnvSpec) -> None:
+    """Checks that need the env: action space kind must suit the agent."""
+    if config.agent.kind == "rdqn" and not spec.discrete:
+        raise ConfigError(
+            f"agent=rdqn needs a discrete action space but env.id={config.env.id!r} is continuous; "
+            "use agent=rddpg or agent=rtd3"
+        )
+
+
+def config_from_dict(data: dict) -> Config:
+    """Rebuild a typed :class:`Config` from ``dataclasses.asdict`` output (e.g. ``config.json``)."""
+    from omegaconf import OmegaConf
+
+    kind = data["agent"]["kind"]
+    if kind == "rdqn":
+        agent_cls = RDQNConfig
+    elif kind == "rddpg":
+        from agents.rddpg import RDDPGConfig as agent_cls
+    else:
+        raise ConfigError(f"agent.kind={kind!r} is invalid: allowed rdqn|rddpg")
+    schema = OmegaConf.structured(Config(agent=agent_cls()))
+    merged = OmegaConf.merge(schema, data)
+    return OmegaConf.to_object(merged)
+
+
+def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
+    """The config a run was started with (``run_dir/config.json``), with ``key=value`` overrides.
+
+    Group selections (``agent=...``, ``env=...``) cannot change a run that already exists.
+    """
+    import json
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"resume={run_dir!r} holds no run: {path} is missing")
+    config = config_from_dict(json.loads(path.read_text()))
+    overrides = list(overrides or [])
+    groups = [o for o in overrides if o.split("=", 1)[0] in ("agent", "env")]
+    if groups:
+        raise ConfigError(f"{groups[0]} cannot change a resumed run; resume keeps its agent and env")
+    node = OmegaConf.structured(config)
+    try:
+        node.merge_with_dotlist([o.lstrip("+") for o in overrides if not o.startswith("hydra.")])
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"override rejected on resume: {str(exc).splitlines()[0]}") from None
+    config = OmegaConf.to_object(node)
+    config.resume = str(run_dir)
+    config.run_dir = str(run_dir)
+    return config

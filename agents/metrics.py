@@ -1,0 +1,99 @@
+"""MetricsWriter: TensorBoard scalars and histograms, ``progress.csv`` and ``summary.json``.
+
+Learners return plain metric dicts; only this class touches a writer. TensorBoard tags are grouped
+like CleanRL's: ``td/...``, ``losses/...``, ``charts/...``, ``eval/...``, ``perf/...``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+PROGRESS_COLUMNS = (
+    "env_steps",
+    "updates",
+    "wall_time_s",
+    "eval_return_mean",
+    "eval_return_std",
+    "train_return_mean",
+)
+
+
+def td_summary(td_error: np.ndarray, mask: np.ndarray, bins: int = 8) -> dict[str, float]:
+    """Scalars of TD errors ``[B, T]`` over valid steps: mean, mean |d|, max |d|, |d| by position.
+
+    Position ``t`` is the step index inside the trace (0 = right after burn-in); the view shows
+    whether early steps, with less context, carry larger errors. Positions are grouped into at most
+    ``bins`` equal ranges.
+    """
+    valid = mask > 0
+    d = td_error[valid]
+    out = {
+        "mean": float(d.mean()) if d.size else 0.0,
+        "abs_mean": float(np.abs(d).mean()) if d.size else 0.0,
+        "abs_max": float(np.abs(d).max()) if d.size else 0.0,
+    }
+    trace = td_error.shape[1]
+    edges = np.linspace(0, trace, min(bins, trace) + 1).round().astype(int)
+    abs_sum = (np.abs(td_error) * valid).sum(axis=0)
+    count = valid.sum(axis=0)
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        n = count[lo:hi].sum()
+        out[f"by_position/t{lo:02d}-{hi - 1:02d}"] = float(abs_sum[lo:hi].sum() / max(n, 1))
+    return out
+
+
+class MetricsWriter:
+    """Writes one run's metrics under ``run_dir`` (``tb/`` events, ``progress.csv``)."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.run_dir = Path(run_dir)
+        self.writer = tf.summary.create_file_writer(str(self.run_dir / "tb"))
+        self.progress_path = self.run_dir / "progress.csv"
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        """Scalars at ``step`` (env steps), tags as given."""
+        with self.writer.as_default(step=int(step)):
+            for tag, value in values.items():
+                tf.summary.scalar(tag, float(value))
+
+    def histogram(self, step: int, tag: str, values: np.ndarray) -> None:
+        """A histogram of ``values`` (any shape, flattened) at ``step``."""
+        if np.size(values):
+            with self.writer.as_default(step=int(step)):
+                tf.summary.histogram(tag, np.asarray(values, np.float32).reshape(-1))
+
+    def learner(self, step: int, metrics: Mapping[str, np.ndarray], prefix: str = "td") -> None:
+        """TD error scalars, histogram and by-position view from ``td_error``/``mask`` ``[B, T]``."""
+        td, mask = metrics["td_error"], metrics["mask"]
+        self.scalars(step, {f"{prefix}/{k}": v for k, v in td_summary(td, mask).items()})
+        self.histogram(step, f"{prefix}/histogram", td[mask > 0])
+
+    def progress(self, row: Mapping[str, float]) -> None:
+        """Append one evaluation row to ``progress.csv`` (header written once)."""
+        new = not self.progress_path.exists()
+        with open(self.progress_path, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=PROGRESS_COLUMNS)
+            if new:
+                w.writeheader()
+            w.writerow({k: row[k] for k in PROGRESS_COLUMNS})
+
+    def summary(self, values: Mapping[str, object]) -> None:
+        """Write ``summary.json`` atomically."""
+        tmp = self.run_dir / "summary.json.tmp"
+        tmp.write_text(json.dumps(values, indent=2, sort_keys=True))
+        os.replace(tmp, self.run_dir / "summary.json")
+
+    def flush(self) -> None:
+        """Flush TensorBoard events to disk."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self.writer.close()

@@ -1,0 +1,161 @@
+"""Sequence networks: dense layers -> recurrent core -> dense layers -> head.
+
+One :class:`RecurrentNetwork` serves as Q-network (head ``[A]`` Q-values), actor (tanh head) and
+critic (input ``[obs, action]``, head ``[1]``). Training unrolls it over ``[B, T, F]``;
+:class:`NumpyNetwork` mirrors its weights for acting one step at a time without TF dispatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents.cells import CELLS, RecurrentCore, State, core_weights, numpy_core_step
+
+
+@dataclass
+class NetworkConfig:
+    """Architecture shared by every network of an agent."""
+
+    # Core: lstm | gru | lstm_peephole | mlp (mlp has no memory: the baseline).
+    cell: str = "lstm"
+    # Width of the core (hidden state size).
+    units: int = 64
+    # Widths of ReLU dense layers before the core.
+    pre_layers: list[int] = field(default_factory=lambda: [64])
+    # Widths of ReLU dense layers after the core.
+    post_layers: list[int] = field(default_factory=list)
+    # GRU only: apply the reset gate after the recurrent matmul (Keras and cuDNN default).
+    reset_after: bool = True
+    # Extra per-step inputs (rddpg): any of prev_action, prev_reward.
+    inputs: list[str] = field(default_factory=list)
+
+
+class RecurrentNetwork(keras.Model):
+    """``[B, T, F]`` inputs -> ``[B, T, O]`` outputs, with a recurrent state carried between calls."""
+
+    def __init__(
+        self,
+        config: NetworkConfig,
+        input_dim: int,
+        output_dim: int,
+        output_activation: str | None = None,
+        name: str = "network",
+    ) -> None:
+        super().__init__(name=name)
+        if config.cell not in CELLS:
+            raise ValueError(f"unknown cell {config.cell!r}")
+        self.config = config
+        self.input_dim = int(input_dim)
+        self.output_dim = int(output_dim)
+        self.pre = [
+            keras.layers.Dense(n, activation="relu", name=f"pre_{i}") for i, n in enumerate(config.pre_layers)
+        ]
+        self.core = RecurrentCore(config.cell, config.units, config.reset_after, name="core")
+        self.post = [
+            keras.layers.Dense(n, activation="relu", name=f"post_{i}")
+            for i, n in enumerate(config.post_layers)
+        ]
+        self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
+        # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
+        # and online/target twins pair by path.
+        width = self.input_dim
+        with keras.name_scope(self.name):
+            for layer in self.pre:
+                layer.build((None, width))
+                width = layer.units
+            self.core.build((None, None, width))
+            width = config.units
+            for layer in self.post:
+                layer.build((None, width))
+                width = layer.units
+            self.head.build((None, width))
+        self.built = True
+
+    @property
+    def state_sizes(self) -> tuple[int, ...]:
+        """Sizes of the recurrent state tuple (``()`` for mlp)."""
+        return self.core.state_sizes
+
+    def initial_state(self, batch_size: int) -> State:
+        """Zero state: tuple of ``[B, U]``."""
+        return self.core.initial_state(batch_size)
+
+    def unroll(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
+        """``inputs`` ``[B, T, F]``, ``state`` tuple of ``[B, U]``, ``reset`` ``[B, T]`` -> ``[B, T, O]``."""
+        x = inputs
+        for layer in self.pre:
+            x = layer(x)
+        x, final_state = self.core.unroll(x, state, reset)
+        for layer in self.post:
+            x = layer(x)
+        return self.head(x), final_state
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        """Keras entry point: unroll from a zero state with no resets; ``[B, T, F] -> [B, T, O]``."""
+        shape = tf.shape(inputs)
+        out, _ = self.unroll(inputs, self.initial_state(shape[0]), tf.zeros(shape[:2], dtype=inputs.dtype))
+        return out
+
+
+def flat_state(state: tuple[np.ndarray, ...], batch_size: int) -> np.ndarray:
+    """Concatenate a state tuple into ``[B, S]`` (``S = 0`` for mlp) for storage in replay."""
+    if not state:
+        return np.zeros((batch_size, 0), np.float32)
+    return np.concatenate(state, axis=1)
+
+
+def split_state(flat: np.ndarray | tf.Tensor, sizes: tuple[int, ...]) -> tuple:
+    """Inverse of :func:`flat_state`: ``[B, S]`` -> tuple of ``[B, U]``."""
+    out, start = [], 0
+    for s in sizes:
+        out.append(flat[:, start : start + s])
+        start += s
+    return tuple(out)
+
+
+class NumpyNetwork:
+    """A numpy mirror of a :class:`RecurrentNetwork` for stepping many envs one step at a time.
+
+    Call :meth:`sync` after the learner changes the weights. ``step`` takes ``[B, F]`` inputs and
+    the state tuple, returns ``[B, O]`` outputs (head activation applied) and the next state.
+    """
+
+    def __init__(self, network: RecurrentNetwork) -> None:
+        self.network = network
+        self.cell = network.config.cell
+        self.reset_after = network.config.reset_after
+        self.state_sizes = network.state_sizes
+        self.activation = network.head.activation.__name__ if network.head.activation else "linear"
+        self.sync()
+
+    def sync(self) -> None:
+        """Copy the current weights out of the Keras network."""
+        dense = lambda layer: (np.asarray(layer.kernel), np.asarray(layer.bias))  # noqa: E731
+        self.pre = [dense(layer) for layer in self.network.pre]
+        self.core = core_weights(self.network.core)
+        self.post = [dense(layer) for layer in self.network.post]
+        self.head = dense(self.network.head)
+
+    def initial_state(self, batch_size: int) -> tuple[np.ndarray, ...]:
+        """Zero state: tuple of ``[B, U]`` float32 arrays."""
+        return tuple(np.zeros((batch_size, s), np.float32) for s in self.state_sizes)
+
+    def step(self, x: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """``x`` ``[B, F]`` -> outputs ``[B, O]`` and the next state."""
+        x = np.asarray(x, np.float32)
+        for w, b in self.pre:
+            x = np.maximum(x @ w + b, 0.0)
+        x, state = numpy_core_step(self.cell, self.core, x, state, self.reset_after)
+        for w, b in self.post:
+            x = np.maximum(x @ w + b, 0.0)
+        w, b = self.head
+        out = x @ w + b
+        if self.activation == "tanh":
+            out = np.tanh(out)
+        elif self.activation != "linear":
+            raise ValueError(f"unsupported head activation {self.activation}")
+        return out.astype(np.float32, copy=False), state

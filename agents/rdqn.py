@@ -1,0 +1,164 @@
+"""Recurrent DQN learner (R2D2 family): burn-in, stored state, double Q, n-step, soft targets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents.networks import NetworkConfig, RecurrentNetwork, split_state
+from agents.returns import huber, masked_mean, n_step_targets
+from agents.target import TargetUpdater
+
+
+@dataclass
+class RDQNConfig:
+    """Recurrent DQN hyperparameters (``agent=rdqn``)."""
+
+    # Agent family; selects the learner.
+    kind: str = "rdqn"
+    # Discount factor, in [0, 1].
+    gamma: float = 0.99
+    # Steps of lookahead in the TD target (>= 1).
+    n_step: int = 3
+    # Adam learning rate.
+    lr: float = 1e-3
+    # Sequences per update.
+    batch_size: int = 32
+    # EMA rate of the target network, in (0, 1]; 1 with a period gives hard copies.
+    tau: float = 0.01
+    # Optimiser steps between target updates.
+    target_update_period: int = 1
+    # Double DQN: the online network picks the bootstrap action, the target scores it.
+    double_q: bool = True
+    # Huber loss threshold on the TD error.
+    huber_delta: float = 1.0
+    # Global gradient-norm clip.
+    max_grad_norm: float = 10.0
+    # Epsilon-greedy exploration: linear decay from start to end over decay_steps env steps.
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.01
+    epsilon_decay_steps: int = 5000
+
+
+def epsilon_at(config: RDQNConfig, env_steps: int) -> float:
+    """Linear decay from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_steps`` env steps."""
+    frac = min(env_steps / config.epsilon_decay_steps, 1.0)
+    return config.epsilon_start + frac * (config.epsilon_end - config.epsilon_start)
+
+
+class RDQNLearner:
+    """Owns ``online_q``, ``target_q`` and the optimiser; :meth:`step` is one update.
+
+    A batch (from :class:`agents.replay.SequenceReplay`) holds ``[B, L]`` rows with
+    ``L = burn_in + trace_length + n_step``: burn-in rows only warm the state, trace rows carry the
+    loss, the last ``n_step`` rows only provide bootstrap values.
+    """
+
+    def __init__(
+        self,
+        config: RDQNConfig,
+        network: NetworkConfig,
+        obs_dim: int,
+        num_actions: int,
+        burn_in: int,
+        trace_length: int,
+    ) -> None:
+        self.config = config
+        self.burn_in, self.trace_length = int(burn_in), int(trace_length)
+        self.seq_len = self.burn_in + self.trace_length + config.n_step
+        self.obs_dim, self.num_actions = obs_dim, num_actions
+        self.online_q = RecurrentNetwork(network, obs_dim, num_actions, name="online_q")
+        self.target_q = RecurrentNetwork(network, obs_dim, num_actions, name="target_q")
+        self.targets = TargetUpdater([(self.online_q, self.target_q)])
+        self.targets.copy()  # the first TD targets must come from the same function as Q
+        self.optimizer = keras.optimizers.Adam(learning_rate=config.lr)
+        self.optimizer.build(self.online_q.trainable_variables)
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self.state_dim = sum(self.online_q.state_sizes)
+        b, length = config.batch_size, self.seq_len
+        spec = {
+            "obs": tf.TensorSpec([b, length, obs_dim], tf.float32),
+            "action": tf.TensorSpec([b, length], tf.int32),
+            "state": tf.TensorSpec([b, self.state_dim], tf.float32),
+            **{
+                k: tf.TensorSpec([b, length], tf.float32)
+                for k in ("reward", "terminated", "truncated", "first", "valid")
+            },
+        }
+        self._step = tf.function(self._train_step, input_signature=[spec])
+
+    def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
+        """Per-row fields this learner needs from replay besides the common ones."""
+        return {"obs": ((self.obs_dim,), np.float32), "action": ((), np.int32)}
+
+    def trackables(self) -> dict[str, object]:
+        """Objects a checkpoint must hold to resume this learner exactly."""
+        return {
+            "online_q": self.online_q,
+            "target_q": self.target_q,
+            "optimizer": self.optimizer,
+            "updates": self.updates,
+        }
+
+    def sync_policy(self, policy) -> None:
+        """Refresh the acting policy's numpy mirror from the online network."""
+        policy.net.sync()
+
+    def schedule_scalars(self, env_steps: int) -> dict[str, float]:
+        """Exploration schedule values to log."""
+        return {"charts/epsilon": epsilon_at(self.config, env_steps)}
+
+    def step(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One optimiser step (and target update) on a batch; returns numpy metrics.
+
+        Metrics: ``loss``, ``q_mean``, ``grad_norm`` scalars; ``td_error`` and ``mask`` ``[B, T]``.
+        """
+        feed = {k: batch[k] for k in self._step.input_signature[0]}
+        return {k: v.numpy() for k, v in self._step(feed).items()}
+
+    def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        cfg, bi, tl = self.config, self.burn_in, self.trace_length
+        obs, reset = batch["obs"], batch["first"]
+        state = split_state(batch["state"], self.online_q.state_sizes)
+        q_target, _ = self.target_q.unroll(obs, state, reset)  # [B, L, A]
+        if bi > 0:  # R2D2 burn-in: warm the online state, no gradient
+            _, state = self.online_q.unroll(obs[:, :bi], state, reset[:, :bi])
+            state = tuple(tf.stop_gradient(s) for s in state)
+        variables = self.online_q.trainable_variables
+        with tf.GradientTape() as tape:
+            q_online, _ = self.online_q.unroll(obs[:, bi:], state, reset[:, bi:])  # [B, T+n, A]
+            action = batch["action"][:, bi : bi + tl]
+            q_taken = tf.gather(q_online[:, :tl], action, batch_dims=2)  # [B, T]
+            # Bootstrap value V(s_j): double DQN scores the online argmax with the target net.
+            if cfg.double_q:
+                greedy = tf.argmax(q_online, axis=-1, output_type=tf.int32)
+                value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)
+            else:
+                value = tf.reduce_max(q_target[:, bi:], axis=-1)
+            target = n_step_targets(
+                batch["reward"][:, bi:],
+                batch["terminated"][:, bi:],
+                batch["truncated"][:, bi:],
+                tf.stop_gradient(value),
+                cfg.gamma,
+                cfg.n_step,
+            )
+            mask = batch["valid"][:, bi : bi + tl]
+            td_error = target - q_taken  # [B, T]
+            loss = masked_mean(huber(td_error, cfg.huber_delta), mask)
+        grads = tape.gradient(loss, variables)
+        grads, grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
+        self.optimizer.apply(grads, variables)
+        self.updates.assign_add(1)
+        if self.updates % cfg.target_update_period == 0:
+            self.targets.update_in_graph(tf.constant(cfg.tau, tf.float32))
+        return {
+            "loss": loss,
+            "q_mean": masked_mean(q_taken, mask),
+            "grad_norm": grad_norm,
+            "td_error": td_error * mask,
+            "mask": mask,
+        }

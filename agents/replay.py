@@ -1,0 +1,118 @@
+"""Sequence replay: a preallocated numpy ring per env, sampled as overlapping sequences.
+
+Rows are written in lock-step for all vectorised envs, one row per env step::
+
+    obs_t, state_t (recurrent state before obs_t), first_t (episode starts at t),
+    action_t, reward_t, terminated_t, truncated_t (outcome of action_t),
+    valid_t (row holds a real transition; 0 for the final-observation row of an episode)
+
+A sample is ``burn_in + trace_length + n_step`` consecutive rows of one env, never crossing the
+write head (so never mixing old and new data). Episode boundaries inside a sequence are marked by
+``first``: the learner zeroes the recurrent state there and masks rows with ``valid = 0``, so two
+episodes never share memory or a return.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class ReplayConfig:
+    """Sequence replay settings."""
+
+    # Total rows kept across all envs (each env gets capacity // num_envs).
+    capacity: int = 100_000
+    # Steps that only warm up the recurrent state before the loss (R2D2 burn-in).
+    burn_in: int = 8
+    # Steps per sequence that carry loss.
+    trace_length: int = 16
+    # Start state of a sampled sequence: the one recorded while acting (stored) or zeros (zero).
+    initial_state: str = "stored"
+
+
+class SequenceReplay:
+    """Numpy ring buffer of ``[N, E, ...]`` rows (``N = capacity // E``), sampled as sequences."""
+
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        seq_len: int,
+        fields: dict[str, tuple[tuple[int, ...], Any]],
+        state_dim: int,
+        zero_initial_state: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.num_envs = int(num_envs)
+        self.rows = int(capacity) // self.num_envs
+        self.seq_len = int(seq_len)
+        if self.rows < self.seq_len:
+            raise ValueError(f"capacity per env {self.rows} < sequence length {self.seq_len}")
+        self.zero_initial_state = zero_initial_state
+        base = {
+            "first": ((), np.float32),
+            "valid": ((), np.float32),
+            "reward": ((), np.float32),
+            "terminated": ((), np.float32),
+            "truncated": ((), np.float32),
+        }
+        specs = {**base, **fields, "state": ((state_dim,), np.float32)}
+        self.data = {
+            k: np.zeros((self.rows, self.num_envs, *shape), dtype) for k, (shape, dtype) in specs.items()
+        }
+        self.pos = 0
+        self.full = False
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        """Rows stored, summed over envs."""
+        return (self.rows if self.full else self.pos) * self.num_envs
+
+    def can_sample(self) -> bool:
+        """True once at least one full sequence is stored."""
+        return self.full or self.pos >= self.seq_len
+
+    def add(self, **row: np.ndarray) -> None:
+        """Write one row for every env; each value is ``[E, ...]``. Every field must be given."""
+        if row.keys() != self.data.keys():
+            raise KeyError(f"replay row needs {sorted(self.data)}, got {sorted(row)}")
+        for key, value in row.items():
+            self.data[key][self.pos] = value
+        self.pos += 1
+        if self.pos == self.rows:
+            self.pos, self.full = 0, True
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` sequences: each field ``[B, L, ...]``, plus ``state`` ``[B, S]`` at step 0."""
+        if not self.can_sample():
+            raise RuntimeError("not enough rows in replay to sample one sequence")
+        span = (self.rows if self.full else self.pos) - self.seq_len + 1  # valid start offsets
+        oldest = self.pos if self.full else 0
+        offset = self.rng.integers(0, span, size=batch_size)
+        env = self.rng.integers(0, self.num_envs, size=batch_size)
+        idx = (oldest + offset[:, None] + np.arange(self.seq_len)) % self.rows  # [B, L]
+        out = {k: v[idx, env[:, None]] for k, v in self.data.items() if k != "state"}
+        state = self.data["state"][idx[:, 0], env]
+        out["state"] = np.zeros_like(state) if self.zero_initial_state else state
+        return out
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Everything needed to restore the buffer exactly (arrays, cursor, sampling RNG)."""
+        meta = np.array([self.pos, int(self.full)], np.int64)
+        rng_state = np.frombuffer(json.dumps(self.rng.bit_generator.state).encode(), np.uint8)
+        return {**{f"data/{k}": v for k, v in self.data.items()}, "meta": meta, "rng": rng_state}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Inverse of :meth:`state_dict`; shapes must match this buffer's."""
+        for k, v in self.data.items():
+            saved = state[f"data/{k}"]
+            if saved.shape != v.shape:
+                raise ValueError(f"replay field {k}: saved {saved.shape} != buffer {v.shape}")
+            v[...] = saved
+        self.pos, self.full = int(state["meta"][0]), bool(state["meta"][1])
+        self.rng.bit_generator.state = json.loads(bytes(state["rng"]).decode())

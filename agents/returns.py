@@ -1,0 +1,69 @@
+"""n-step TD targets for sequences, shared by every agent.
+
+For a trace step ``t`` with ``n`` steps of lookahead (all ``[B, T]``)::
+
+    y_t = sum_{k<m} gamma^k r_{t+k}  +  gamma^m V(s_{t+m}) * bootstrap
+
+where ``m = n`` if the episode goes on past ``t + n - 1``; otherwise the episode ended at step
+``t + m - 1`` and ``bootstrap`` is 0 if it *terminated* (a true end: no value after it) and 1 if it
+was *truncated* (a time limit: the state still has value, read from the final-observation row at
+``t + m``, which the replay keeps for exactly this purpose).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def n_step_targets(
+    reward: tf.Tensor,
+    terminated: tf.Tensor,
+    truncated: tf.Tensor,
+    next_value: tf.Tensor,
+    gamma: float,
+    n_step: int,
+) -> tf.Tensor:
+    """n-step targets for the first ``T = L - n_step`` steps of a window.
+
+    Args:
+        reward, terminated, truncated: ``[B, L]`` float, outcome of the action at each row.
+        next_value: ``[B, L]`` bootstrap value ``V(s_j)`` of the observation at each row ``j``.
+        gamma: discount.
+        n_step: lookahead ``n >= 1``; ``L`` must be at least ``T + n``.
+
+    Returns:
+        ``[B, T]`` targets (no gradient flows through them).
+    """
+    length = reward.shape[1]
+    trace = length - n_step
+    # A step that is both terminated and truncated is a true end: never bootstrap from it.
+    truncated = truncated * (1.0 - terminated)
+    ended = tf.minimum(terminated + truncated, 1.0)
+    alive = tf.ones_like(reward[:, :trace])
+    ret = tf.zeros_like(alive)
+    boot = tf.zeros_like(alive)
+    for k in range(n_step):
+        ret += alive * (gamma**k) * reward[:, k : k + trace]
+        end_k = alive * ended[:, k : k + trace]
+        boot += (
+            end_k * truncated[:, k : k + trace] * (gamma ** (k + 1)) * next_value[:, k + 1 : k + 1 + trace]
+        )
+        alive = alive * (1.0 - end_k)
+    boot += alive * (gamma**n_step) * next_value[:, n_step : n_step + trace]
+    return tf.stop_gradient(ret + boot)
+
+
+def masked_mean(x: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Mean of ``x`` over entries where ``mask`` is 1 (0 if none): ``[B, T] -> []``.
+
+    Averaging over valid steps only keeps the loss scale independent of how many sampled steps
+    fell on episode boundaries or final-observation rows.
+    """
+    return tf.reduce_sum(x * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+def huber(x: tf.Tensor, delta: float) -> tf.Tensor:
+    """Elementwise Huber loss of the TD error ``x``."""
+    a = tf.abs(x)
+    quad = tf.minimum(a, delta)
+    return 0.5 * quad**2 + delta * (a - quad)
