@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from agents.cells import CELLS
 from agents.networks import NetworkConfig
 from agents.rdqn import RDQNConfig
@@ -99,6 +101,8 @@ def validate(config: Config) -> None:
             _check(_num(val) and 0 <= val <= 1, f"agent.{key}", val, "[0, 1]")
         _check(a.epsilon_decay_steps >= 1, "agent.epsilon_decay_steps", a.epsilon_decay_steps, ">= 1")
         _check(a.huber_delta > 0, "agent.huber_delta", a.huber_delta, "> 0")
+    if a.kind == "rddpg":
+        _validate_rddpg(a, n)
     _check(n.cell in CELLS, "network.cell", n.cell, "one of " + "|".join(CELLS))
     _check(n.units >= 1, "network.units", n.units, "integers >= 1")
     for key in ("pre_layers", "post_layers"):
@@ -148,6 +152,26 @@ def validate(config: Config) -> None:
     _check(v.episodes >= 1, "eval.episodes", v.episodes, "integers >= 1")
 
 
+def _validate_rddpg(a, n: NetworkConfig) -> None:
+    for key in ("actor_lr", "critic_lr"):
+        val = getattr(a, key)
+        _check(val is None or (_num(val) and val > 0), f"agent.{key}", val, "> 0 or null (agent.lr)")
+    _check(a.exploration in ("gaussian", "ou"), "agent.exploration", a.exploration, "gaussian|ou")
+    for key in ("exploration_noise", "target_noise", "noise_clip"):
+        val = getattr(a, key)
+        _check(_num(val) and val >= 0, f"agent.{key}", val, ">= 0")
+    _check(_num(a.ou_theta) and 0 < a.ou_theta <= 1, "agent.ou_theta", a.ou_theta, "(0, 1]")
+    _check(a.policy_delay >= 1, "agent.policy_delay", a.policy_delay, "integers >= 1")
+    extras = ("prev_action", "prev_reward")
+    _check(all(i in extras for i in n.inputs), "network.inputs", list(n.inputs), "any of " + "|".join(extras))
+    _check(
+        len(n.post_layers) >= 1,
+        "network.post_layers",
+        list(n.post_layers),
+        "at least one layer for agent=rddpg/rtd3 (the critic joins the action there)",
+    )
+
+
 def validate_for_env(config: Config, spec: EnvSpec) -> None:
     """Checks that need the env: action space kind must suit the agent."""
     if config.agent.kind == "rdqn" and not spec.discrete:
@@ -155,6 +179,20 @@ def validate_for_env(config: Config, spec: EnvSpec) -> None:
             f"agent=rdqn needs a discrete action space but env.id={config.env.id!r} is continuous; "
             "use agent=rddpg or agent=rtd3"
         )
+    if config.agent.kind == "rddpg":
+        if spec.discrete:
+            raise ConfigError(
+                f"agent=rddpg/rtd3 needs a continuous (Box) action space but env.id={config.env.id!r} "
+                "is discrete; use agent=rdqn"
+            )
+        scale = config.env.action_scale
+        _check(scale is None or (_num(scale) and scale > 0), "env.action_scale", scale, "> 0 or null")
+        low, high = spec.action_low, spec.action_high
+        if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+            raise ConfigError(
+                f"env.id={config.env.id!r} has action bounds low={low.tolist()} high={high.tolist()}; "
+                "set env.action_scale=<half-range> (actions then lie in [-scale, scale])"
+            )
 
 
 def config_from_dict(data: dict) -> Config:

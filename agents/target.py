@@ -72,8 +72,9 @@ class TargetUpdater:
         self._soft = tf.function(self._soft_update, input_signature=[tf.TensorSpec([], tf.float32)])
 
     def _soft_update(self, tau: tf.Tensor) -> None:
+        # (1 - tau) * target + tau * online: the same EMA, but exact at tau=1 (copy) and tau=0.
         for online, target in self.soft_pairs:
-            target.assign(target + tau * (online - target))
+            target.assign((1.0 - tau) * target + tau * online)
         for online, target in self.copy_pairs:
             target.assign(online)
 

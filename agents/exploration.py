@@ -1,0 +1,115 @@
+"""Acting for continuous control: the recurrent actor's numpy mirror plus exploration noise.
+
+Actions live in ``[-1, 1]`` inside the agent and are rescaled to the env's bounds at the edge::
+
+    env_action = low + (u + 1) / 2 * (high - low)        # u in [-1, 1]
+
+so a noise scale ``sigma`` means ``sigma`` times the half-range of every action dimension,
+whatever the env's units (Pendulum's torque in [-2, 2] and a task in [-1, 1] share one setting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from agents.networks import NumpyNetwork
+
+NpState = tuple[np.ndarray, ...]
+
+
+class ActionScaler:
+    """Maps ``[-1, 1]`` to the env's action box ``[low, high]`` (both ``[A]``) and back."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray) -> None:
+        self.center = ((np.asarray(high) + np.asarray(low)) / 2).astype(np.float32)
+        self.half = ((np.asarray(high) - np.asarray(low)) / 2).astype(np.float32)
+
+    def to_env(self, u: np.ndarray) -> np.ndarray:
+        """``[..., A]`` in ``[-1, 1]`` -> env units."""
+        return (self.center + self.half * u).astype(np.float32)
+
+    def from_env(self, a: np.ndarray) -> np.ndarray:
+        """``[..., A]`` env units -> ``[-1, 1]`` (clipped: envs may report out-of-box actions)."""
+        return np.clip((np.asarray(a, np.float32) - self.center) / self.half, -1.0, 1.0)
+
+
+class GaussianNoise:
+    """Independent ``N(0, sigma^2)`` per step, env and action dimension."""
+
+    def __init__(self, sigma: float, rng: np.random.Generator) -> None:
+        self.sigma, self.rng = float(sigma), rng
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self.sigma * self.rng.standard_normal(shape).astype(np.float32)
+
+
+class OUNoise:
+    """Ornstein-Uhlenbeck noise, ``x <- x - theta * x + sigma * N(0, 1)`` per env (DDPG).
+
+    Stationary std is ``sigma / sqrt(theta * (2 - theta))``. The process is not reset at episode
+    starts: it is mean-reverting and forgets within about ``1 / theta`` steps.
+    """
+
+    def __init__(self, sigma: float, theta: float, rng: np.random.Generator) -> None:
+        self.sigma, self.theta, self.rng = float(sigma), float(theta), rng
+        self.x = np.zeros((0, 0), np.float32)
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
+        if self.x.shape != shape:  # first call (or a different number of envs): start at 0
+            self.x = np.zeros(shape, np.float32)
+        self.x += -self.theta * self.x + self.sigma * self.rng.standard_normal(shape).astype(np.float32)
+        return self.x.copy()
+
+
+class DeterministicPolicy:
+    """Batched recurrent actor with exploration noise: ``obs`` ``[E, O]`` -> actions ``[E, A]``.
+
+    Before ``learning_starts`` env steps the actions are uniform in the bounds (the actor's state
+    still advances, so replay records the state it really had).
+    """
+
+    def __init__(
+        self,
+        net: NumpyNetwork,
+        scaler: ActionScaler,
+        inputs: list[str],
+        noise: Callable[[tuple[int, ...]], np.ndarray],
+        random_actions: Callable[[], bool],
+        rng: np.random.Generator,
+    ) -> None:
+        self.net, self.scaler, self.inputs = net, scaler, list(inputs)
+        self.noise, self.random_actions, self.rng = noise, random_actions, rng
+
+    def features(self, obs: np.ndarray, prev_action: np.ndarray, prev_reward: np.ndarray) -> np.ndarray:
+        """Per-step network input ``[E, F]``: obs, then the extras named in ``network.inputs``."""
+        return step_features(obs, prev_action, prev_reward, self.inputs, self.scaler)
+
+    def act(
+        self,
+        obs: np.ndarray,
+        prev_action: np.ndarray,
+        prev_reward: np.ndarray,
+        state: NpState,
+        explore: bool,
+    ) -> tuple[np.ndarray, NpState]:
+        u, state = self.net.step(self.features(obs, prev_action, prev_reward), state)  # [E, A]
+        if explore:
+            if self.random_actions():
+                u = self.rng.uniform(-1.0, 1.0, u.shape).astype(np.float32)
+            else:
+                u = np.clip(u + self.noise(u.shape), -1.0, 1.0)
+        return self.scaler.to_env(u), state
+
+
+def step_features(
+    obs: np.ndarray, prev_action: np.ndarray, prev_reward: np.ndarray, inputs: list[str], scaler: ActionScaler
+) -> np.ndarray:
+    """``[..., O]`` obs plus ``[..., A]`` previous action (in ``[-1, 1]``) and ``[...]`` previous reward."""
+    parts = [np.asarray(obs, np.float32)]
+    if "prev_action" in inputs:
+        parts.append(scaler.from_env(prev_action))
+    if "prev_reward" in inputs:
+        parts.append(np.asarray(prev_reward, np.float32)[..., None])
+    return np.concatenate(parts, axis=-1)

@@ -1,0 +1,297 @@
+"""Recurrent DDPG with TD3 options (``agent=rddpg``, preset ``agent=rtd3``).
+
+Heess et al.'s recurrent DDPG with Fujimoto et al.'s three TD3 fixes, on the same sequence replay,
+burn-in, stored state and n-step returns as :mod:`agents.rdqn`. One compiled step per batch::
+
+    a'_j = clip(mu'(h_j) + clip(N(0, target_noise^2), -noise_clip, noise_clip), -1, 1)
+    V(s_j) = min_i Q'_i(h_j, a'_j)                       # min over twin critics (one if not twin)
+    y_t = n-step return + gamma^n V(s_{t+n})             # agents.returns.n_step_targets
+    critic loss = sum_i mean_valid (y_t - Q_i(h_t, a_t))^2
+    actor loss  = -mean_valid Q_1(h_t, mu(h_t))          # applied every policy_delay updates
+    targets <- targets + tau * (online - targets)        # every target_update_period updates
+
+Actions are in ``[-1, 1]`` inside the learner (replay keeps env units; see agents.exploration).
+The critic never acts, so no critic state is recorded: a separate critic core starts every sampled
+sequence from zeros and is warmed by the burn-in; the actor (and a shared core) starts from the
+stored state, or zeros with ``replay.initial_state=zero``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents.actor_critic import ActorCriticNetwork
+from agents.exploration import ActionScaler, DeterministicPolicy, GaussianNoise, OUNoise, step_features
+from agents.networks import NetworkConfig, NumpyNetwork, split_state
+from agents.returns import masked_mean, n_step_targets
+from agents.target import TargetUpdater
+
+
+@dataclass
+class RDDPGConfig:
+    """Recurrent DDPG / TD3 hyperparameters (``agent=rddpg``; ``agent=rtd3`` turns TD3 on)."""
+
+    # Agent family; selects the learner.
+    kind: str = "rddpg"
+    # Discount factor, in [0, 1].
+    gamma: float = 0.99
+    # Steps of lookahead in the TD target (>= 1).
+    n_step: int = 1
+    # Adam learning rate of actor and critic, unless actor_lr / critic_lr set their own.
+    lr: float = 1e-3
+    # Actor learning rate (null: agent.lr).
+    actor_lr: float | None = None
+    # Critic learning rate (null: agent.lr).
+    critic_lr: float | None = None
+    # Sequences per update.
+    batch_size: int = 32
+    # EMA rate of every target network, in (0, 1]; 1 with a period gives hard copies.
+    tau: float = 0.005
+    # Optimiser steps between target updates.
+    target_update_period: int = 1
+    # Global gradient-norm clip, applied to actor and critic gradients separately.
+    max_grad_norm: float = 10.0
+    # Exploration noise added to the actor's action: gaussian | ou (Ornstein-Uhlenbeck).
+    exploration: str = "gaussian"
+    # Noise std in units of the action half-range (0.1 on [-2, 2] is a std of 0.2).
+    exploration_noise: float = 0.1
+    # OU only: mean reversion per step, in (0, 1].
+    ou_theta: float = 0.15
+    # TD3: two critic heads, bootstrap from the smaller target value.
+    twin_critics: bool = False
+    # TD3 target policy smoothing: std of noise on the target action (half-range units; 0 = off).
+    target_noise: float = 0.0
+    # TD3: the smoothing noise is clipped to [-noise_clip, noise_clip].
+    noise_clip: float = 0.5
+    # TD3: one actor (and policy-target) update every policy_delay critic updates.
+    policy_delay: int = 1
+    # One recurrent core for actor and critic (trained by the critic loss only) instead of two.
+    shared_core: bool = False
+
+
+def _variables(layers: list) -> list[tf.Variable]:
+    return [v for layer in layers for v in layer.trainable_variables]
+
+
+class RDDPGLearner:
+    """Owns online/target actor and critic(s) and both optimisers; :meth:`step` is one update.
+
+    A batch holds ``[B, L]`` rows, ``L = burn_in + trace_length + n_step`` (as for rdqn): burn-in rows
+    only warm the state, trace rows carry the losses, the last ``n_step`` rows only bootstrap.
+    """
+
+    def __init__(
+        self,
+        config: RDDPGConfig,
+        network: NetworkConfig,
+        obs_dim: int,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        burn_in: int,
+        trace_length: int,
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.inputs = list(network.inputs)
+        self.burn_in, self.trace_length = int(burn_in), int(trace_length)
+        self.seq_len = self.burn_in + self.trace_length + config.n_step
+        self.obs_dim, self.action_dim = obs_dim, len(action_low)
+        self.scaler = ActionScaler(action_low, action_high)
+        a = self.action_dim
+        in_dim = obs_dim + a * ("prev_action" in self.inputs) + ("prev_reward" in self.inputs)
+        critics = 2 if config.twin_critics else 1
+        nets = {}
+        for side in ("online", "target"):
+            if config.shared_core:
+                both = ActorCriticNetwork(network, in_dim, a, True, critics, name=f"{side}_actor_critic")
+                nets[side] = (both, both)
+            else:
+                actor = ActorCriticNetwork(network, in_dim, a, True, 0, name=f"{side}_actor")
+                critic = ActorCriticNetwork(network, in_dim, a, False, critics, name=f"{side}_critic")
+                nets[side] = (actor, critic)
+        (self.online_actor, self.online_critic), (self.target_actor, self.target_critic) = (
+            nets["online"],
+            nets["target"],
+        )
+        pairs = {(self.online_actor, self.target_actor), (self.online_critic, self.target_critic)}
+        self.targets = TargetUpdater(sorted(pairs, key=lambda p: p[0].name))
+        self.targets.copy()  # the first TD targets come from the same functions as the online nets
+        if config.shared_core:  # the critic loss shapes the shared history; the actor only reads it
+            self.actor_variables = _variables([*self.online_actor.post, self.online_actor.head])
+            ids = {id(v) for v in self.actor_variables}
+            self.critic_variables = [v for v in self.online_critic.trainable_variables if id(v) not in ids]
+        else:
+            self.actor_variables = list(self.online_actor.trainable_variables)
+            self.critic_variables = list(self.online_critic.trainable_variables)
+        self.actor_optimizer = keras.optimizers.Adam(learning_rate=config.actor_lr or config.lr)
+        self.critic_optimizer = keras.optimizers.Adam(learning_rate=config.critic_lr or config.lr)
+        self.actor_optimizer.build(self.actor_variables)
+        self.critic_optimizer.build(self.critic_variables)
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self.noise_rng = tf.random.Generator.from_seed(seed)
+        self._actor_grad_norm = tf.Variable(0.0, trainable=False)
+        self.state_dim = sum(self.online_actor.state_sizes)
+        b, length = config.batch_size, self.seq_len
+        spec = {
+            "x": tf.TensorSpec([b, length, in_dim], tf.float32),
+            "action": tf.TensorSpec([b, length, a], tf.float32),
+            "state": tf.TensorSpec([b, self.state_dim], tf.float32),
+            **{
+                k: tf.TensorSpec([b, length], tf.float32)
+                for k in ("reward", "terminated", "truncated", "first", "valid")
+            },
+        }
+        self._step = tf.function(self._train_step, input_signature=[spec])
+
+    def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
+        """Per-row fields this learner needs from replay besides the common ones."""
+        fields = {"obs": ((self.obs_dim,), np.float32), "action": ((self.action_dim,), np.float32)}
+        if self.inputs:  # the Actor writes prev_action and prev_reward together
+            fields["prev_action"] = ((self.action_dim,), np.float32)
+            fields["prev_reward"] = ((), np.float32)
+        return fields
+
+    def trackables(self) -> dict[str, object]:
+        """Objects a checkpoint must hold to resume this learner exactly."""
+        nets = {
+            m.name: m for m in (self.online_actor, self.target_actor, self.online_critic, self.target_critic)
+        }
+        return {
+            **nets,
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+            "updates": self.updates,
+            "target_noise_rng": self.noise_rng,
+        }
+
+    def sync_policy(self, policy: DeterministicPolicy) -> None:
+        """Refresh the acting policy's numpy mirror from the online actor."""
+        policy.net.sync()
+
+    def schedule_scalars(self, env_steps: int) -> dict[str, float]:
+        """Exploration noise scale (std in half-range units) to log."""
+        return {"charts/exploration_noise": self.config.exploration_noise}
+
+    def features(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """Network inputs ``[B, L, F]`` from replay rows (obs plus ``network.inputs`` extras)."""
+        return step_features(
+            batch["obs"], batch.get("prev_action"), batch.get("prev_reward"), self.inputs, self.scaler
+        )
+
+    def step(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One critic step (and actor step every ``policy_delay``), then the target update.
+
+        Metrics: ``critic_loss``, ``actor_loss``, ``q_mean``, grad norms; ``critic<i>_td_error``
+        and ``critic<i>_mask`` ``[B, T]`` per critic; ``histogram/policy_action`` (valid steps).
+        """
+        feed = {k: batch[k] for k in ("state", "reward", "terminated", "truncated", "first", "valid")}
+        feed["x"] = self.features(batch)
+        feed["action"] = self.scaler.from_env(batch["action"])
+        return {k: v.numpy() for k, v in self._step(feed).items()}
+
+    def bootstrap_value(self, x: tf.Tensor, state: tuple, reset: tf.Tensor, noise: tf.Tensor) -> tf.Tensor:
+        """``V(s_j) = min_i Q'_i(h_j, clip(mu'(h_j) + clip(noise)))`` from the targets: ``[B, L]``.
+
+        ``noise`` ``[B, L, A]`` is the (unclipped) target-policy smoothing noise.
+        """
+        cfg = self.config
+        h, _ = self.target_actor.encode(x, state, reset)
+        smoothing = tf.clip_by_value(noise, -cfg.noise_clip, cfg.noise_clip)
+        action = tf.clip_by_value(self.target_actor.policy(h) + smoothing, -1.0, 1.0)
+        if not cfg.shared_core:
+            h, _ = self.target_critic.encode(x, self.target_critic.initial_state(tf.shape(x)[0]), reset)
+        q = self.target_critic.q(h, action)
+        return tf.stop_gradient(tf.reduce_min(tf.stack(q), axis=0))
+
+    def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        cfg, bi, tl = self.config, self.burn_in, self.trace_length
+        x, reset, action = batch["x"], batch["first"], batch["action"]
+        actor_state = split_state(batch["state"], self.online_actor.state_sizes)
+        noise = cfg.target_noise * self.noise_rng.normal(tf.shape(action))
+        value = self.bootstrap_value(x, actor_state, reset, noise)  # [B, L]
+        target = n_step_targets(
+            batch["reward"][:, bi:],
+            batch["terminated"][:, bi:],
+            batch["truncated"][:, bi:],
+            value[:, bi:],
+            cfg.gamma,
+            cfg.n_step,
+        )  # [B, T]
+        critic_state = actor_state if cfg.shared_core else self.online_critic.initial_state(cfg.batch_size)
+        if bi > 0:  # R2D2 burn-in: warm the online states, no gradient
+            _, critic_state = self.online_critic.encode(x[:, :bi], critic_state, reset[:, :bi])
+            critic_state = tuple(tf.stop_gradient(s) for s in critic_state)
+            if not cfg.shared_core:
+                _, actor_state = self.online_actor.encode(x[:, :bi], actor_state, reset[:, :bi])
+                actor_state = tuple(tf.stop_gradient(s) for s in actor_state)
+        trace_x, trace_reset = x[:, bi : bi + tl], reset[:, bi : bi + tl]
+        mask = batch["valid"][:, bi : bi + tl]
+        with tf.GradientTape(persistent=True) as tape:
+            h_critic, _ = self.online_critic.encode(trace_x, critic_state, trace_reset)  # [B, T, U]
+            q_taken = self.online_critic.q(h_critic, action[:, bi : bi + tl])  # list of [B, T]
+            td_errors = [target - q for q in q_taken]
+            critic_loss = tf.add_n([masked_mean(tf.square(d), mask) for d in td_errors])
+            if cfg.shared_core:
+                policy_action = self.online_actor.policy(tf.stop_gradient(h_critic))
+            else:
+                h_actor, _ = self.online_actor.encode(trace_x, actor_state, trace_reset)
+                policy_action = self.online_actor.policy(h_actor)  # [B, T, A]
+            q_policy = self.online_critic.q(tf.stop_gradient(h_critic), policy_action, index=0)[0]
+            actor_loss = -masked_mean(q_policy, mask)
+        grads = tape.gradient(critic_loss, self.critic_variables)
+        grads, critic_grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
+        self.critic_optimizer.apply(grads, self.critic_variables)
+        self.updates.assign_add(1)
+        if self.updates % cfg.policy_delay == 0:  # TD3 delayed policy update (a tf.cond)
+            grads = tape.gradient(actor_loss, self.actor_variables)
+            grads, actor_grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
+            self.actor_optimizer.apply(grads, self.actor_variables)
+            self._actor_grad_norm.assign(actor_grad_norm)
+        if self.updates % cfg.target_update_period == 0:
+            self.targets.update_in_graph(tf.constant(cfg.tau, tf.float32))
+        metrics = {
+            "critic_loss": critic_loss,
+            "actor_loss": actor_loss,
+            "q_mean": masked_mean(q_taken[0], mask),
+            "critic_grad_norm": critic_grad_norm,
+            "actor_grad_norm": tf.identity(self._actor_grad_norm),
+            "histogram/policy_action": tf.boolean_mask(policy_action, mask > 0),
+        }
+        for i, d in enumerate(td_errors):
+            metrics[f"critic{i + 1}_td_error"] = d * mask
+            metrics[f"critic{i + 1}_mask"] = mask
+        return metrics
+
+
+def build_rddpg(config, spec, counters) -> tuple[RDDPGLearner, DeterministicPolicy]:
+    """The learner and its acting policy for a :class:`agents.config.Config` with ``agent.kind=rddpg``."""
+    a, r = config.agent, config.replay
+    learner = RDDPGLearner(
+        a,
+        config.network,
+        spec.obs_dim,
+        spec.action_low,
+        spec.action_high,
+        r.burn_in,
+        r.trace_length,
+        seed=config.seed + 31,
+    )
+    rng = np.random.default_rng(config.seed + 17)
+    if a.exploration == "ou":
+        noise = OUNoise(a.exploration_noise, a.ou_theta, rng)
+    else:
+        noise = GaussianNoise(a.exploration_noise, rng)
+    learning_starts = config.train.learning_starts
+    policy = DeterministicPolicy(
+        NumpyNetwork(learner.online_actor),
+        learner.scaler,
+        config.network.inputs,
+        noise,
+        random_actions=lambda: counters.env_steps < learning_starts,
+        rng=rng,
+    )
+    return learner, policy

@@ -1,0 +1,130 @@
+"""Every config group composes; bad input fails before training with one clear line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+import scripts.train as cli
+from agents.config import Config, validate
+from envs.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def _compose(overrides: list[str]) -> Config:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    return OmegaConf.to_object(cfg)
+
+
+@pytest.mark.parametrize("agent", _options("agent"))
+@pytest.mark.parametrize("env", _options("env"))
+def test_every_config_group_composes(agent: str, env: str) -> None:
+    config = _compose([f"agent={agent}", f"env={env}"])
+    assert isinstance(config, Config)
+    assert config.env.name == env
+    validate(config)
+
+
+def test_documented_keys_exist() -> None:
+    keys = (
+        "env.id env.kwargs env.mask_obs env.flicker env.obs_noise env.num_envs network.cell "
+        "network.units agent.gamma agent.tau agent.target_update_period agent.n_step agent.lr "
+        "agent.batch_size replay.capacity replay.burn_in replay.trace_length replay.initial_state "
+        "train.total_env_steps train.learning_starts train.updates_per_step eval.every_env_steps "
+        "eval.episodes seed resume"
+    ).split()
+    node = OmegaConf.structured(_compose([]))
+    for key in keys:
+        assert OmegaConf.select(node, key, throw_on_missing=True, default="<absent>") != "<absent>", key
+
+
+def _run_cli(capsys, args: list[str], run_dir: Path) -> tuple[int, str]:
+    """Run ``scripts.train`` in-process (no TF re-import); return its exit code and stderr."""
+    sys_argv = sys.argv
+    # No Hydra logging config: dictConfig would close pytest's own capture handlers.
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    sys.argv = ["train", f"hydra.run.dir={run_dir}", *quiet, *args]
+    capsys.readouterr()
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = sys_argv
+        GlobalHydra.instance().clear()
+    return code, capsys.readouterr().err
+
+
+BAD = [
+    (["agent.tau=0"], "agent.tau=0.0", "(0, 1]"),
+    (["agent.tau=1.5"], "agent.tau=1.5", "(0, 1]"),
+    (["agent.gamma=1.01"], "agent.gamma=1.01", "[0, 1]"),
+    (["agent.gamma=-0.1"], "agent.gamma=-0.1", "[0, 1]"),
+    (["replay.trace_length=0"], "replay.burn_in", "burn_in + trace_length"),
+    (["replay.capacity=100"], "replay.capacity=100", "sequence"),
+    (["agent.n_step=0"], "agent.n_step=0", ">= 1"),
+    (["agent.batch_size=0"], "agent.batch_size=0", ">= 1"),
+    (["network.units=0"], "network.units=0", ">= 1"),
+    (["network.cell=transformer"], "network.cell='transformer'", "lstm|gru|lstm_peephole|mlp"),
+    (["env.mask_obs=[1,9]"], "env.mask_obs=[1, 9]", "outside [0, 3]"),
+    (["env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0'", "cannot be made"),
+    (["env.id=Pendulum-v1", "env.mask_obs=[]"], "agent=rdqn needs a discrete action space", "agent=rddpg"),
+    (["replay.initial_state=random"], "replay.initial_state='random'", "stored|zero"),
+]
+
+
+@pytest.mark.parametrize(("args", "key", "allowed"), BAD, ids=[b[0][0] for b in BAD])
+def test_bad_input_is_one_line_and_nonzero(capsys, tmp_path: Path, args, key: str, allowed: str) -> None:
+    code, err = _run_cli(capsys, args, tmp_path / "run")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0
+    assert len(lines) == 1, err
+    assert key in lines[0] and allowed in lines[0], lines[0]
+    assert "Traceback" not in err
+    assert not (tmp_path / "run" / "ckpt").exists()
+
+
+def test_resume_of_a_directory_without_a_run(capsys, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, err = _run_cli(capsys, [f"resume={tmp_path / 'empty'}"], tmp_path / "run")
+    assert code != 0 and "holds no run" in err and len(err.strip().splitlines()) == 1
+
+
+def test_typos_and_wrong_types_are_rejected_by_the_schema(capsys, tmp_path: Path) -> None:
+    code, err = _run_cli(capsys, ["agent.learnin_rate=0.1"], tmp_path / "a")
+    assert code != 0 and "learnin_rate" in err
+    code, err = _run_cli(capsys, ["agent.lr=abc"], tmp_path / "b")
+    assert code != 0 and "agent.lr" in err
+
+
+def test_cli_subprocess_exit_code_and_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.train", "agent.tau=2", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == "error: agent.tau=2.0 is invalid: allowed (0, 1]"
+    assert "Traceback" not in proc.stderr
+
+
+def test_validate_accepts_defaults() -> None:
+    validate(Config())
+    with pytest.raises(ConfigError):
+        bad = Config()
+        bad.eval.episodes = 0
+        validate(bad)

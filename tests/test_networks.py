@@ -1,0 +1,112 @@
+"""Recurrent cores: shapes, step-by-step == full unroll, resets, Keras-compatible weights."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork, flat_state, split_state
+
+CASES = [("lstm", True), ("gru", True), ("gru", False), ("lstm_peephole", True), ("mlp", True)]
+B, T, F, A = 3, 7, 5, 4
+
+
+def _net(cell: str, reset_after: bool, name: str = "online_q", units: int = 6) -> RecurrentNetwork:
+    cfg = NetworkConfig(cell=cell, units=units, pre_layers=[8], post_layers=[8], reset_after=reset_after)
+    net = RecurrentNetwork(cfg, F, A, name=name)
+    # Non-zero peepholes so the test exercises them (they start at zero).
+    for v in net.trainable_variables:
+        if "peephole" in v.path:
+            v.assign(np.linspace(-0.5, 0.5, v.shape[0]).astype(np.float32))
+    return net
+
+
+def _inputs(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(B, T, F)).astype(np.float32)
+    reset = np.zeros((B, T), np.float32)
+    reset[1, 3] = 1.0
+    return x, reset
+
+
+@pytest.mark.parametrize(("cell", "reset_after"), CASES)
+def test_shapes(cell: str, reset_after: bool) -> None:
+    net = _net(cell, reset_after)
+    x, reset = _inputs()
+    out, state = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    assert out.shape == (B, T, A)
+    assert tuple(s.shape for s in state) == tuple((B, u) for u in net.state_sizes)
+    assert net.state_sizes == {"lstm": (6, 6), "lstm_peephole": (6, 6), "gru": (6,), "mlp": ()}[cell]
+
+
+@pytest.mark.parametrize(("cell", "reset_after"), CASES)
+def test_step_by_step_equals_full_unroll(cell: str, reset_after: bool) -> None:
+    """TF one step at a time, and the numpy actor mirror, both match the full sequence unroll."""
+    net = _net(cell, reset_after)
+    x, reset = _inputs()
+    full, final = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    state, outs = net.initial_state(B), []
+    for t in range(T):
+        o, state = net.unroll(tf.constant(x[:, t : t + 1]), state, tf.constant(reset[:, t : t + 1]))
+        outs.append(o[:, 0])
+    np.testing.assert_allclose(np.stack(outs, 1), full, atol=1e-5)
+    for a, b in zip(state, final, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    mirror = NumpyNetwork(net)
+    np_state, np_outs = mirror.initial_state(B), []
+    for t in range(T):
+        np_state = tuple(s * (1.0 - reset[:, t, None]) for s in np_state)
+        o, np_state = mirror.step(x[:, t], np_state)
+        np_outs.append(o)
+    np.testing.assert_allclose(np.stack(np_outs, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize(("cell", "reset_after"), CASES[:4])
+def test_reset_zeroes_state(cell: str, reset_after: bool) -> None:
+    """After a reset flag, outputs equal a fresh unroll from zeros of the remaining inputs."""
+    net = _net(cell, reset_after)
+    x, _ = _inputs()
+    reset = np.zeros((B, T), np.float32)
+    reset[:, 4] = 1.0
+    warm = tuple(tf.ones([B, u]) for u in net.state_sizes)
+    out, _ = net.unroll(tf.constant(x), warm, tf.constant(reset))
+    fresh, _ = net.unroll(tf.constant(x[:, 4:]), net.initial_state(B), tf.zeros([B, T - 4]))
+    np.testing.assert_allclose(out[:, 4:], fresh, atol=1e-6)
+    assert not np.allclose(out[:, :4], net.unroll(tf.constant(x[:, :4]), net.initial_state(B),
+                                                  tf.zeros([B, 4]))[0])
+
+
+@pytest.mark.parametrize(("cell", "reset_after"), [("lstm", True), ("gru", True), ("gru", False)])
+def test_core_matches_keras_layer(cell: str, reset_after: bool) -> None:
+    """Weights use Keras' own layouts: the core equals keras.layers.LSTM/GRU given its weights."""
+    cfg = NetworkConfig(cell=cell, units=6, pre_layers=[], reset_after=reset_after)
+    net = RecurrentNetwork(cfg, F, A, name="online_q")
+    x, _ = _inputs()
+    ours, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.zeros([B, T]))
+    if cell == "lstm":
+        layer = keras.layers.LSTM(6, return_sequences=True)
+    else:
+        layer = keras.layers.GRU(6, return_sequences=True, reset_after=reset_after)
+    layer.build((None, T, F))
+    layer.set_weights([np.asarray(w) for w in (net.core.cell.kernel, net.core.cell.recurrent_kernel,
+                                               net.core.cell.bias)])
+    np.testing.assert_allclose(ours, layer(x), atol=1e-5)
+
+
+def test_flat_state_round_trip() -> None:
+    h, c = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
+    flat = flat_state((h, c), 2)
+    assert flat.shape == (2, 6)
+    back = split_state(flat, (3, 3))
+    np.testing.assert_array_equal(back[0], h)
+    np.testing.assert_array_equal(back[1], c)
+    assert flat_state((), 2).shape == (2, 0) and split_state(np.zeros((2, 0)), ()) == ()
+
+
+def test_variable_paths_are_scoped_by_model_name() -> None:
+    a, b = _net("lstm", True, "online_q"), _net("lstm", True, "target_q")
+    rel = lambda net: [v.path.split("/", 1)[1] for v in net.trainable_variables]  # noqa: E731
+    assert rel(a) == rel(b)
+    assert all(v.path.startswith("online_q/") for v in a.trainable_variables)

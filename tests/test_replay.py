@@ -1,0 +1,89 @@
+"""Sequence replay: wrap-around order, no crossing the write head, masks at episode ends."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.actor import Actor, EpsilonGreedy
+from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork
+from agents.replay import SequenceReplay
+from envs import EnvConfig, make_vec_env
+
+
+def _replay(capacity: int = 20, envs: int = 2, seq_len: int = 4, zero: bool = False) -> SequenceReplay:
+    fields = {"obs": ((1,), np.float32), "action": ((), np.int32)}
+    return SequenceReplay(capacity, envs, seq_len, fields, state_dim=2, zero_initial_state=zero, seed=0)
+
+
+def _add(replay: SequenceReplay, t: int) -> None:
+    e = replay.num_envs
+    replay.add(
+        obs=np.full((e, 1), t, np.float32) + np.arange(e)[:, None] * 1000,
+        action=np.zeros(e, np.int32),
+        reward=np.full(e, t, np.float32),
+        terminated=np.zeros(e, np.float32),
+        truncated=np.zeros(e, np.float32),
+        first=np.zeros(e, np.float32),
+        valid=np.ones(e, np.float32),
+        state=np.full((e, 2), t, np.float32),
+    )
+
+
+def test_sequences_are_consecutive_and_within_one_env_after_wraparound() -> None:
+    replay = _replay()  # 10 rows per env
+    assert not replay.can_sample()
+    for t in range(3):
+        _add(replay, t)
+    assert not replay.can_sample()
+    for t in range(3, 27):  # wraps around twice; rows now hold t = 17..26
+        _add(replay, t)
+    assert len(replay) == 20
+    batch = replay.sample(500)
+    obs = batch["obs"][..., 0]
+    env = obs[:, 0] // 1000
+    t = obs - env[:, None] * 1000
+    np.testing.assert_array_equal(np.diff(t, axis=1), 1.0)  # consecutive in time, never crossing head
+    assert t.min() == 17 and t.max() == 26  # only live rows, oldest to newest
+    assert set(np.unique(env)) == {0, 1}
+    np.testing.assert_array_equal(batch["state"][:, 0], t[:, 0])  # state stored at the start row
+
+
+def test_zero_initial_state_option() -> None:
+    replay = _replay(zero=True)
+    for t in range(1, 8):
+        _add(replay, t)
+    assert (replay.sample(10)["state"] == 0).all()
+
+
+def test_state_dict_round_trip_keeps_sampling_stream() -> None:
+    a = _replay()
+    for t in range(13):
+        _add(a, t)
+    b = _replay()
+    b.load_state_dict(a.state_dict())
+    got_a, got_b = a.sample(16), b.sample(16)
+    for k, v in got_a.items():
+        np.testing.assert_array_equal(v, got_b[k])
+
+
+def test_actor_rows_mark_episode_ends() -> None:
+    """With NEXT_STEP autoreset the final observation gets its own row: valid=0, then first=1."""
+    env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
+    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[]), 2, 2, name="online_q")
+    policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0)
+    replay = SequenceReplay(64, 2, 4, {"obs": ((2,), np.float32), "action": ((), np.int32)},
+                            state_dim=8, seed=0)
+    actor = Actor(env, policy, replay, seed=0)
+    returns = []
+    for _ in range(12):
+        returns += actor.step().returns
+    d = {k: v[:12, 0] for k, v in replay.data.items()}
+    # Episode: 3 steps (obs t=0,1,2; terminated after the query at t=2) + 1 final-observation row.
+    np.testing.assert_array_equal(d["first"], [1, 0, 0, 0] * 3)
+    np.testing.assert_array_equal(d["valid"], [1, 1, 1, 0] * 3)
+    np.testing.assert_array_equal(d["terminated"], [0, 0, 1, 0] * 3)
+    assert (d["reward"][[0, 1, 3]] == 0).all() and (np.abs(d["reward"][2::4]) == 1).all()
+    assert (np.abs(d["obs"][0::4, 0]) == 1).all()  # cue visible at every episode start
+    assert (d["state"][0::4] == 0).all()  # state zeroed at episode start
+    assert (d["state"][1::4] != 0).any()  # and carried within the episode
+    assert len(returns) == 6  # 3 episodes x 2 envs

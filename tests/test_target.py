@@ -1,0 +1,106 @@
+"""Target networks: exact copy at build, EMA closed form, tau=1 copies, tau=0 no-op, path pairing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.networks import NetworkConfig, RecurrentNetwork
+from agents.rdqn import RDQNConfig, RDQNLearner
+from agents.target import TargetUpdater, pair_variables
+
+
+def _pair(cell: str = "lstm") -> tuple[RecurrentNetwork, RecurrentNetwork, TargetUpdater]:
+    cfg = NetworkConfig(cell=cell, units=5, pre_layers=[4])
+    online = RecurrentNetwork(cfg, 3, 2, name="online_q")
+    target = RecurrentNetwork(cfg, 3, 2, name="target_q")
+    return online, target, TargetUpdater([(online, target)])
+
+
+def _weights(net: RecurrentNetwork) -> dict[str, np.ndarray]:
+    return {v.path.split("/", 1)[1]: np.asarray(v).copy() for v in net.trainable_variables}
+
+
+def test_learner_target_starts_as_exact_copy() -> None:
+    learner = RDQNLearner(RDQNConfig(), NetworkConfig(units=8), 4, 2, burn_in=2, trace_length=3)
+    online, target = _weights(learner.online_q), _weights(learner.target_q)
+    assert online.keys() == target.keys() and len(online) >= 7
+    for k in online:
+        np.testing.assert_array_equal(online[k], target[k])
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "lstm_peephole", "mlp"])
+def test_k_soft_updates_match_closed_form(cell: str) -> None:
+    online, target, updater = _pair(cell)
+    w_online, w_target0 = _weights(online), _weights(target)
+    assert any(not np.allclose(w_online[k], w_target0[k]) for k in w_online)
+    tau, k = 0.1, 7
+    for _ in range(k):
+        updater(tau)
+    got = _weights(target)
+    for name in w_online:  # online + (1 - tau)^k (target_0 - online)
+        want = w_online[name] + (1 - tau) ** k * (w_target0[name] - w_online[name])
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert any("recurrent_kernel" in n for n in got) == (cell != "mlp")
+
+
+def test_tau_one_copies_and_tau_zero_changes_nothing() -> None:
+    online, target, updater = _pair()
+    before = _weights(target)
+    updater(0.0)
+    for k, v in _weights(target).items():
+        np.testing.assert_array_equal(v, before[k])
+    updater(1.0)
+    for k, v in _weights(target).items():
+        np.testing.assert_array_equal(v, _weights(online)[k])
+
+
+def test_integer_seed_state_is_never_averaged() -> None:
+    online, target, updater = _pair()
+    ints = [v for v in online.non_trainable_variables + target.non_trainable_variables
+            if not v.dtype.startswith("float")]
+    before = [np.asarray(v).copy() for v in ints]
+    updater(0.5)
+    for v, b in zip(ints, before, strict=True):
+        np.testing.assert_array_equal(np.asarray(v), b)
+    paired = {o.path for o, _ in updater.soft_pairs + updater.copy_pairs}
+    assert all(p.startswith("online_q/") for p in paired)
+
+
+def test_pairing_is_by_path_and_rejects_mismatch() -> None:
+    online = RecurrentNetwork(NetworkConfig(units=5, pre_layers=[4]), 3, 2, name="online_q")
+    wider = RecurrentNetwork(NetworkConfig(units=6, pre_layers=[4]), 3, 2, name="target_q")
+    with pytest.raises(ValueError, match="online"):
+        pair_variables(online, wider)
+    deeper = RecurrentNetwork(NetworkConfig(units=5, pre_layers=[4, 4]), 3, 2, name="target_q")
+    with pytest.raises(ValueError, match="differ"):
+        pair_variables(online, deeper)
+    target = RecurrentNetwork(NetworkConfig(units=5, pre_layers=[4]), 3, 2, name="target_q")
+    for o, t in pair_variables(online, target):
+        assert o.path.split("/", 1)[1] == t.path.split("/", 1)[1]
+
+
+def test_learner_hard_copies_every_period_with_tau_one() -> None:
+    """tau=1 with target_update_period=3: the target jumps to the online net every 3rd step only."""
+    cfg = RDQNConfig(tau=1.0, target_update_period=3, batch_size=4, n_step=1)
+    learner = RDQNLearner(cfg, NetworkConfig(units=8), 2, 2, burn_in=1, trace_length=3)
+    rng = np.random.default_rng(0)
+    L = learner.seq_len
+    batch = {
+        "obs": rng.normal(size=(4, L, 2)).astype(np.float32),
+        "action": rng.integers(0, 2, size=(4, L)).astype(np.int32),
+        "reward": rng.normal(size=(4, L)).astype(np.float32),
+        "terminated": np.zeros((4, L), np.float32),
+        "truncated": np.zeros((4, L), np.float32),
+        "first": np.zeros((4, L), np.float32),
+        "valid": np.ones((4, L), np.float32),
+        "state": np.zeros((4, learner.state_dim), np.float32),
+    }
+    initial = _weights(learner.target_q)
+    for i in range(1, 7):
+        learner.step(batch)
+        online, target = _weights(learner.online_q), _weights(learner.target_q)
+        equal = all(np.array_equal(online[k], target[k]) for k in online)
+        assert equal == (i % 3 == 0), i
+        if i < 3:
+            assert all(np.array_equal(initial[k], target[k]) for k in target)
