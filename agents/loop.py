@@ -22,6 +22,7 @@ from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, validate, validate_for_env
 from agents.metrics import MetricsWriter
 from agents.networks import NumpyNetwork
+from agents.normalizer import ObsNormalizer
 from agents.rdqn import RDQNLearner, epsilon_at
 from agents.replay import SequenceReplay
 from envs import describe_env, make_vec_env
@@ -133,9 +134,10 @@ def train(config: Config) -> dict:
         zero_initial_state=r.initial_state == "zero",
         seed=config.seed + 29,
     )
+    normalizer = ObsNormalizer(spec.obs_dim)
     ckpt = Checkpointer(run_dir, **learner.trackables())
     if config.resume:
-        _restore(ckpt, counters, replay, policy, learner)
+        _restore(ckpt, counters, replay, policy, learner, normalizer)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
     env = make_vec_env(config.env, seed=config.seed + 1000 * counters.evaluations)
@@ -143,14 +145,14 @@ def train(config: Config) -> dict:
     actor = Actor(env, policy, replay, seed=config.seed + 7919 * counters.env_steps)
     writer = MetricsWriter(run_dir)
     try:
-        return _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt)
+        return _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer)
     finally:
         writer.close()
         env.close()
         eval_env.close()
 
 
-def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt) -> dict:
+def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer) -> dict:
     t, started = config.train, time.perf_counter() - counters.wall_time_s
     recent = deque(maxlen=20)
     log = _LearnerLog()
@@ -168,6 +170,7 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
     n = actor.num_envs
     while counters.env_steps < t.total_env_steps:
         stats = actor.step(explore=True)
+        normalizer.update(actor.obs)
         counters.env_steps += n
         bar.update(n)
         for ret, length in zip(stats.returns, stats.lengths, strict=True):
@@ -178,6 +181,8 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
             )
         if counters.env_steps >= t.learning_starts and replay.can_sample():
             counters.update_budget += n * t.updates_per_step
+            if counters.update_budget >= 1.0:
+                normalizer.push(_networks(learner))
             while counters.update_budget >= 1.0:
                 metrics = learner.step(replay.sample(config.agent.batch_size))
                 learner.sync_policy(policy)
@@ -209,7 +214,7 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
         if counters.env_steps >= next_ckpt or counters.env_steps >= t.total_env_steps:
             next_ckpt += t.checkpoint_every_env_steps
             counters.wall_time_s = time.perf_counter() - started
-            _save(ckpt, counters, replay, policy, learner)
+            _save(ckpt, counters, replay, policy, learner, normalizer)
     bar.close()
     counters.wall_time_s = time.perf_counter() - started
     summary = _summary(config, counters, evals)
@@ -257,19 +262,26 @@ def _summary(config: Config, counters: Counters, evals: list[dict]) -> dict:
     }
 
 
-def _save(ckpt: Checkpointer, counters, replay, policy, learner) -> None:
+def _networks(learner) -> list:
+    return learner.networks() if hasattr(learner, "networks") else []
+
+
+def _save(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) -> None:
     extra = {f"replay/{k}": v for k, v in replay.state_dict().items()}
+    extra.update({f"obs_norm/{k}": v for k, v in normalizer.state_dict().items()})
     rng = json.dumps(policy.rng.bit_generator.state)
     extra["policy_rng"] = np.frombuffer(rng.encode(), np.uint8)
     learner.updates.assign(counters.updates)
     ckpt.save(counters.env_steps, extra, {"counters": dataclasses.asdict(counters)})
 
 
-def _restore(ckpt: Checkpointer, counters, replay, policy, learner) -> None:
+def _restore(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) -> None:
     step = ckpt.latest()
     extra, info = ckpt.restore(step)
     replay.load_state_dict({k[len("replay/") :]: v for k, v in extra.items() if k.startswith("replay/")})
     policy.rng.bit_generator.state = json.loads(bytes(extra["policy_rng"]).decode())
+    normalizer.load_state_dict({k.split("/", 1)[1]: v for k, v in extra.items() if k.startswith("obs_norm/")})
+    normalizer.push(_networks(learner))
     for k, v in info["counters"].items():
         setattr(counters, k, v)
     learner.sync_policy(policy)

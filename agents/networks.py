@@ -32,6 +32,10 @@ class NetworkConfig:
     reset_after: bool = True
     # Extra per-step inputs (rddpg): any of prev_action, prev_reward.
     inputs: list[str] = field(default_factory=list)
+    # Scale observations by running mean/std before the first layer (agents/normalizer.py).
+    normalize_obs: bool = True
+    # Normalised observations are clipped to [-obs_clip, obs_clip].
+    obs_clip: float = 5.0
 
 
 class RecurrentNetwork(keras.Model):
@@ -44,7 +48,9 @@ class RecurrentNetwork(keras.Model):
         output_dim: int,
         output_activation: str | None = None,
         name: str = "network",
+        norm_dim: int = 0,
     ) -> None:
+        """``norm_dim``: leading input features to normalise (the observation), 0 for none."""
         super().__init__(name=name)
         if config.cell not in CELLS:
             raise ValueError(f"unknown cell {config.cell!r}")
@@ -63,6 +69,11 @@ class RecurrentNetwork(keras.Model):
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.
         width = self.input_dim
+        self.norm_dim = int(norm_dim) if config.normalize_obs else 0
+        if self.norm_dim:  # the model's own weights: paths "<name>/input_mean", "<name>/input_std"
+            kw = {"shape": (self.norm_dim,), "trainable": False}
+            self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
+            self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
         with keras.name_scope(self.name):
             for layer in self.pre:
                 layer.build((None, width))
@@ -86,13 +97,21 @@ class RecurrentNetwork(keras.Model):
 
     def unroll(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
         """``inputs`` ``[B, T, F]``, ``state`` tuple of ``[B, U]``, ``reset`` ``[B, T]`` -> ``[B, T, O]``."""
-        x = inputs
+        x = self.normalize(inputs)
         for layer in self.pre:
             x = layer(x)
         x, final_state = self.core.unroll(x, state, reset)
         for layer in self.post:
             x = layer(x)
         return self.head(x), final_state
+
+    def normalize(self, inputs: tf.Tensor) -> tf.Tensor:
+        """Apply the running observation normalisation to the first ``norm_dim`` features."""
+        if not self.norm_dim:
+            return inputs
+        clip = self.config.obs_clip
+        obs = tf.clip_by_value((inputs[..., : self.norm_dim] - self.input_mean) / self.input_std, -clip, clip)
+        return tf.concat([obs, inputs[..., self.norm_dim :]], axis=-1)
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         """Keras entry point: unroll from a zero state with no resets; ``[B, T, F] -> [B, T, O]``."""
@@ -135,6 +154,10 @@ class NumpyNetwork:
     def sync(self) -> None:
         """Copy the current weights out of the Keras network."""
         dense = lambda layer: (np.asarray(layer.kernel), np.asarray(layer.bias))  # noqa: E731
+        self.norm_dim = getattr(self.network, "norm_dim", 0)
+        if self.norm_dim:
+            self.norm = (np.asarray(self.network.input_mean), np.asarray(self.network.input_std))
+            self.obs_clip = self.network.config.obs_clip
         self.pre = [dense(layer) for layer in self.network.pre]
         self.core = core_weights(self.network.core)
         self.post = [dense(layer) for layer in self.network.post]
@@ -147,6 +170,10 @@ class NumpyNetwork:
     def step(self, x: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """``x`` ``[B, F]`` -> outputs ``[B, O]`` and the next state."""
         x = np.asarray(x, np.float32)
+        if self.norm_dim:
+            mean, std = self.norm
+            obs = np.clip((x[:, : self.norm_dim] - mean) / std, -self.obs_clip, self.obs_clip)
+            x = np.concatenate([obs, x[:, self.norm_dim :]], axis=1)
         for w, b in self.pre:
             x = np.maximum(x @ w + b, 0.0)
         x, state = numpy_core_step(self.cell, self.core, x, state, self.reset_after)

@@ -70,8 +70,8 @@ class RDQNLearner:
         self.burn_in, self.trace_length = int(burn_in), int(trace_length)
         self.seq_len = self.burn_in + self.trace_length + config.n_step
         self.obs_dim, self.num_actions = obs_dim, num_actions
-        self.online_q = RecurrentNetwork(network, obs_dim, num_actions, name="online_q")
-        self.target_q = RecurrentNetwork(network, obs_dim, num_actions, name="target_q")
+        self.online_q = RecurrentNetwork(network, obs_dim, num_actions, name="online_q", norm_dim=obs_dim)
+        self.target_q = RecurrentNetwork(network, obs_dim, num_actions, name="target_q", norm_dim=obs_dim)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
         self.targets.copy()  # the first TD targets must come from the same function as Q
         self.optimizer = keras.optimizers.Adam(learning_rate=config.lr)
@@ -88,7 +88,12 @@ class RDQNLearner:
                 for k in ("reward", "terminated", "truncated", "first", "valid")
             },
         }
-        self._step = tf.function(self._train_step, input_signature=[spec])
+        # autograph off: the step is plain TF ops (tf.cond for the target period), traced once.
+        self._step = tf.function(self._train_step, input_signature=[spec], autograph=False)
+
+    def _ema(self, tau: tf.Tensor) -> tf.Tensor:
+        self.targets.update_in_graph(tau)
+        return tf.constant(True)
 
     def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
         """Per-row fields this learner needs from replay besides the common ones."""
@@ -102,6 +107,10 @@ class RDQNLearner:
             "optimizer": self.optimizer,
             "updates": self.updates,
         }
+
+    def networks(self) -> list[RecurrentNetwork]:
+        """Every network whose input normalisation follows the observation statistics."""
+        return [self.online_q, self.target_q]
 
     def sync_policy(self, policy) -> None:
         """Refresh the acting policy's numpy mirror from the online network."""
@@ -153,8 +162,11 @@ class RDQNLearner:
         grads, grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
         self.optimizer.apply(grads, variables)
         self.updates.assign_add(1)
-        if self.updates % cfg.target_update_period == 0:
-            self.targets.update_in_graph(tf.constant(cfg.tau, tf.float32))
+        tau = tf.constant(cfg.tau, tf.float32)
+        period = tf.constant(cfg.target_update_period, tf.int64)
+        due = tf.equal(self.updates % period, 0)
+        with tf.control_dependencies([tf.cond(due, lambda: self._ema(tau), lambda: tf.constant(False))]):
+            loss = tf.identity(loss)
         return {
             "loss": loss,
             "q_mean": masked_mean(q_taken, mask),

@@ -110,3 +110,36 @@ def test_variable_paths_are_scoped_by_model_name() -> None:
     rel = lambda net: [v.path.split("/", 1)[1] for v in net.trainable_variables]  # noqa: E731
     assert rel(a) == rel(b)
     assert all(v.path.startswith("online_q/") for v in a.trainable_variables)
+
+
+def test_running_normalizer_matches_batch_statistics_and_both_paths_apply_it() -> None:
+    from agents.normalizer import ObsNormalizer
+
+    rng = np.random.default_rng(1)
+    data = rng.normal(loc=[0.0, 3.0, -1.0, 0.0, 2.0], scale=[0.01, 2.0, 0.5, 1.0, 0.1], size=(300, F))
+    norm = ObsNormalizer(F)
+    for chunk in np.array_split(data, 7):
+        norm.update(chunk)
+    np.testing.assert_allclose(norm.mean, data.mean(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(norm.std, np.maximum(data.std(0), 1e-2), rtol=1e-9)
+    cfg = NetworkConfig(cell="lstm", units=6, pre_layers=[8])
+    net = RecurrentNetwork(cfg, F, A, name="online_q", norm_dim=F)
+    x, reset = _inputs()
+    before, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    norm.push([net])
+    after, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    assert not np.allclose(before, after)
+    scaled = np.clip((x - norm.mean) / norm.std, -5, 5).astype(np.float32)
+    plain = RecurrentNetwork(NetworkConfig(cell="lstm", units=6, pre_layers=[8], normalize_obs=False),
+                             F, A, name="online_q2")
+    for v, w in zip(plain.trainable_variables, net.trainable_variables, strict=True):
+        v.assign(w)
+    np.testing.assert_allclose(after, plain.unroll(tf.constant(scaled), plain.initial_state(B),
+                                                   tf.constant(reset))[0], atol=1e-5)
+    mirror, state, outs = NumpyNetwork(net), None, []
+    state = mirror.initial_state(B)
+    for t in range(T):
+        state = tuple(s * (1.0 - reset[:, t, None]) for s in state)
+        o, state = mirror.step(x[:, t], state)
+        outs.append(o)
+    np.testing.assert_allclose(np.stack(outs, 1), after, atol=1e-5)

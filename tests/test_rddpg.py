@@ -1,0 +1,282 @@
+"""Recurrent DDPG / TD3: networks, targets, the TD3 target, delayed updates, a smoke run, memory."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents.config import Config, EvalConfig, TrainConfig, validate, validate_for_env
+from agents.exploration import ActionScaler
+from agents.loop import Counters, train
+from agents.networks import NetworkConfig
+from agents.rddpg import RDDPGConfig, RDDPGLearner, build_rddpg
+from agents.replay import ReplayConfig
+from envs import describe_env
+from envs.config import ConfigError, EnvConfig
+from envs.make import EnvSpec
+
+LOW, HIGH = np.array([-2.0, 0.0], np.float32), np.array([2.0, 3.0], np.float32)
+
+
+def make_learner(**agent) -> RDDPGLearner:
+    network = NetworkConfig(cell="lstm", units=16, pre_layers=[16], post_layers=[16], inputs=["prev_action"])
+    config = RDDPGConfig(batch_size=4, **agent)
+    return RDDPGLearner(config, network, obs_dim=3, action_low=LOW, action_high=HIGH, burn_in=2, trace_length=5)
+
+
+def random_batch(learner: RDDPGLearner, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    b, length, a = learner.config.batch_size, learner.seq_len, learner.action_dim
+    actions = rng.uniform(LOW, HIGH, (b, length, a)).astype(np.float32)
+    zeros = np.zeros((b, length), np.float32)
+    return {
+        "obs": rng.normal(size=(b, length, learner.obs_dim)).astype(np.float32),
+        "action": actions,
+        "prev_action": np.roll(actions, 1, axis=1),
+        "prev_reward": rng.normal(size=(b, length)).astype(np.float32),
+        "state": rng.normal(size=(b, learner.state_dim)).astype(np.float32) * 0.1,
+        "reward": rng.normal(size=(b, length)).astype(np.float32),
+        "terminated": zeros,
+        "truncated": zeros,
+        "first": zeros,
+        "valid": np.ones((b, length), np.float32),
+    }
+
+
+def weights(model) -> list[np.ndarray]:
+    return [np.array(v) for v in model.trainable_variables]
+
+
+def test_actor_actions_inside_bounds():
+    config = Config(
+        agent=RDDPGConfig(exploration_noise=5.0),
+        env=EnvConfig(id="Pendulum-v1", num_envs=3),
+        network=NetworkConfig(units=8, pre_layers=[8], post_layers=[8], inputs=["prev_action", "prev_reward"]),
+    )
+    spec = EnvSpec(3, False, 2, LOW, HIGH)
+    counters = Counters(env_steps=10_000)
+    learner, policy = build_rddpg(config, spec, counters)
+    for layer in learner.online_actor.pre:  # large weights: saturate the tanh head
+        layer.kernel.assign(layer.kernel * 100.0)
+    policy.net.sync()
+    state = policy.net.initial_state(3)
+    for explore, steps in ((True, 10_000), (True, 0), (False, 10_000)):
+        counters.env_steps = steps  # 0: random actions before learning_starts
+        obs = np.random.default_rng(0).normal(size=(3, 3)) * 50
+        action, _ = policy.act(obs, np.zeros((3, 2)), np.zeros(3), state, explore=explore)
+        assert action.shape == (3, 2)
+        assert (action >= LOW).all() and (action <= HIGH).all()
+    scaler = ActionScaler(LOW, HIGH)
+    np.testing.assert_allclose(scaler.to_env(np.array([[-1.0, 1.0]])), [[-2.0, 3.0]])
+    np.testing.assert_allclose(scaler.from_env(scaler.to_env(np.array([[0.3, -0.7]]))), [[0.3, -0.7]], atol=1e-6)
+
+
+@pytest.mark.parametrize("shared_core", [False, True])
+def test_critic_shapes_and_targets_start_equal(shared_core):
+    learner = make_learner(twin_critics=True, shared_core=shared_core)
+    b, t, u = 4, 7, 16
+    x = tf.random.normal([b, t, 3 + 2])
+    h, state = learner.online_critic.encode(x, learner.online_critic.initial_state(b), tf.zeros([b, t]))
+    assert h.shape == (b, t, u) and [s.shape for s in state] == [(b, u), (b, u)]
+    q = learner.online_critic.q(h, tf.zeros([b, t, 2]))
+    assert len(q) == 2 and all(qi.shape == (b, t) for qi in q)
+    assert learner.online_actor.policy(h).shape == (b, t, 2)
+    for online, target in ((learner.online_actor, learner.target_actor), (learner.online_critic, learner.target_critic)):
+        for w_online, w_target in zip(weights(online), weights(target), strict=True):
+            np.testing.assert_array_equal(w_online, w_target)
+
+
+def test_soft_updates_match_closed_form_for_actor_and_critic():
+    learner = make_learner(twin_critics=True)
+    pairs = [(learner.online_actor, learner.target_actor), (learner.online_critic, learner.target_critic)]
+    for online, _ in pairs:
+        for v in online.trainable_variables:
+            v.assign(v + 1.0)
+    before = [(weights(o), weights(t)) for o, t in pairs]
+    tau, k = 0.1, 5
+    for _ in range(k):
+        learner.targets(tau)
+    for (online, target), (w_online, w_target0) in zip(pairs, before, strict=True):
+        for o, t0, t in zip(w_online, w_target0, weights(target), strict=True):
+            np.testing.assert_allclose(t, o + (1 - tau) ** k * (t0 - o), rtol=1e-5, atol=1e-6)
+    learner.targets(1.0)
+    for online, target in pairs:
+        for o, t in zip(weights(online), weights(target), strict=True):
+            np.testing.assert_array_equal(o, t)
+
+
+def test_td3_target_is_min_of_twins_with_clipped_smoothing():
+    learner = make_learner(twin_critics=True, target_noise=0.2, noise_clip=0.3, gamma=0.9)
+    for v in learner.target_critic.q_heads[1].trainable_variables:  # make the twins disagree
+        v.assign(v + 0.5)
+    batch = random_batch(learner)
+    b, length = batch["reward"].shape
+    x = tf.constant(learner.features(batch))
+    state = tuple(tf.constant(s) for s in np.split(batch["state"], 2, axis=1))
+    reset = tf.zeros([b, length])
+    noise = np.random.default_rng(1).normal(size=(b, length, 2)).astype(np.float32) * 2.0  # often > clip
+    value = learner.bootstrap_value(x, state, reset, tf.constant(noise)).numpy()
+    # By hand: the target actor's action, plus noise clipped to +-0.3, clipped to [-1, 1].
+    h_actor, _ = learner.target_actor.encode(x, state, reset)
+    mu = learner.target_actor.policy(h_actor).numpy()
+    action = np.clip(mu + np.clip(noise, -0.3, 0.3), -1.0, 1.0)
+    h_critic, _ = learner.target_critic.encode(x, learner.target_critic.initial_state(b), reset)
+    q1, q2 = (q.numpy() for q in learner.target_critic.q(h_critic, tf.constant(action)))
+    assert np.abs(q1 - q2).min() > 0  # the min below really picks
+    np.testing.assert_allclose(value, np.minimum(q1, q2), rtol=1e-5, atol=1e-5)
+    # One-step target at trace step t (n_step=1): y_t = r_t + gamma * (1 - terminated_t) * V(s_{t+1}).
+    from agents.returns import n_step_targets
+
+    terminated = np.zeros((b, length), np.float32)
+    terminated[:, 3] = 1.0
+    y = n_step_targets(batch["reward"], terminated, np.zeros_like(terminated), value, 0.9, 1).numpy()
+    expected = batch["reward"][:, :-1] + 0.9 * (1 - terminated[:, :-1]) * np.minimum(q1, q2)[:, 1:]
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_actor_updates_every_policy_delay_critic_updates_without_retracing():
+    learner = make_learner(twin_critics=True, target_noise=0.2, policy_delay=3)
+    actor_before = weights(learner.online_actor)
+    for i in range(1, 8):
+        critic_before = weights(learner.online_critic)
+        metrics = learner.step(random_batch(learner, seed=i))
+        actor_after = weights(learner.online_actor)
+        changed = any(not np.array_equal(a, b) for a, b in zip(actor_before, actor_after, strict=True))
+        assert changed == (i % 3 == 0), f"update {i}"
+        assert any(not np.array_equal(a, b) for a, b in zip(critic_before, weights(learner.online_critic)))
+        actor_before = actor_after
+    assert int(learner.critic_optimizer.iterations) == 7 and int(learner.actor_optimizer.iterations) == 2
+    assert learner._step.experimental_get_tracing_count() == 1
+    assert metrics["critic1_td_error"].shape == metrics["critic2_td_error"].shape == (4, 5)
+    assert np.isfinite(metrics["critic_loss"]) and metrics["histogram/policy_action"].shape == (20, 2)
+
+
+def tiny_config(tmp_path, **train) -> Config:
+    return Config(
+        agent=RDDPGConfig(batch_size=8, twin_critics=True, target_noise=0.2, policy_delay=2),
+        env=EnvConfig(name="pendulum_p", id="Pendulum-v1", mask_obs=[2], num_envs=2, max_episode_steps=50),
+        network=NetworkConfig(units=16, pre_layers=[16], post_layers=[16], inputs=["prev_action", "prev_reward"]),
+        replay=ReplayConfig(capacity=2000, burn_in=2, trace_length=6),
+        train=TrainConfig(
+            **{
+                "total_env_steps": 300,
+                "learning_starts": 100,
+                "log_every_updates": 10,
+                "checkpoint_every_env_steps": 150,
+                "progress_bar": False,
+                **train,
+            }
+        ),
+        eval=EvalConfig(every_env_steps=150, episodes=2),
+        run_dir=str(tmp_path / "run"),
+    )
+
+
+def event_tags(run_dir) -> set[str]:
+    tags = set()
+    for path in (run_dir / "tb").glob("events.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            tags.update(v.tag for v in event.summary.value)
+    return tags
+
+
+def test_smoke_run_writes_metrics_checkpoint_and_resumes(tmp_path):
+    config = tiny_config(tmp_path)
+    summary = train(config)
+    run_dir = tmp_path / "run"
+    assert summary["env_steps"] == 300 and summary["updates"] > 0
+    tags = event_tags(run_dir)
+    for tag in (
+        "td_critic1/abs_mean",
+        "td_critic1/histogram",
+        "td_critic2/abs_max",
+        "td_critic1/by_position/t00-00",
+        "losses/actor_loss",
+        "losses/critic_loss",
+        "losses/q_mean",
+        "charts/policy_action",
+        "charts/exploration_noise",
+        "eval/return_mean",
+    ):
+        assert tag in tags, tag
+    rows = list(csv.DictReader(open(run_dir / "progress.csv")))
+    assert [int(r["env_steps"]) for r in rows] == [150, 300]
+    assert json.loads((run_dir / "summary.json").read_text())["agent"] == "rddpg"
+    assert list((run_dir / "ckpt").glob("complete-300.json"))
+    resumed = tiny_config(tmp_path, total_env_steps=400)
+    resumed.resume = str(run_dir)
+    summary = train(resumed)
+    assert summary["env_steps"] == 400 and summary["updates"] > 0
+
+
+def memory_config(tmp_path, cell: str) -> Config:
+    return Config(
+        agent=RDDPGConfig(batch_size=32, gamma=0.5, tau=0.05, lr=3e-3, exploration_noise=0.3),
+        env=EnvConfig(name="cue", id="recurrl/CueMemoryContinuous-v0", kwargs={"delay": 3}, num_envs=8),
+        network=NetworkConfig(cell=cell, units=16, pre_layers=[16], post_layers=[16]),
+        replay=ReplayConfig(capacity=20_000, burn_in=3, trace_length=4),
+        train=TrainConfig(
+            total_env_steps=2400,
+            learning_starts=400,
+            updates_per_step=0.25,
+            log_every_updates=1000,
+            checkpoint_every_env_steps=10_000,
+            progress_bar=False,
+        ),
+        eval=EvalConfig(every_env_steps=1200, episodes=50),
+        run_dir=str(tmp_path / cell),
+    )
+
+
+@pytest.mark.slow
+def test_lstm_learns_continuous_cue_memory_where_mlp_cannot(tmp_path):
+    # Reward 1 - |a - cue| at the query step: any memoryless policy averages <= 0 over random cues.
+    lstm = train(memory_config(tmp_path, "lstm"))["final_eval_return_mean"]
+    mlp = train(memory_config(tmp_path, "mlp"))["final_eval_return_mean"]
+    assert lstm > 0.7, lstm
+    assert mlp < 0.4, mlp
+
+
+@pytest.mark.parametrize(
+    "agent, network, message",
+    [
+        ({"policy_delay": 0}, {}, "agent.policy_delay=0 is invalid"),
+        ({"exploration_noise": -0.1}, {}, "agent.exploration_noise=-0.1 is invalid"),
+        ({"target_noise": -1.0}, {}, "agent.target_noise=-1.0 is invalid"),
+        ({"noise_clip": -0.5}, {}, "agent.noise_clip=-0.5 is invalid"),
+        ({"exploration": "uniform"}, {}, "agent.exploration='uniform' is invalid"),
+        ({}, {"post_layers": []}, "network.post_layers=[] is invalid"),
+        ({}, {"inputs": ["prev_obs"]}, "network.inputs=['prev_obs'] is invalid"),
+    ],
+)
+def test_bad_agent_values_fail_in_one_line(agent, network, message):
+    config = Config(agent=RDDPGConfig(**agent), network=NetworkConfig(**{"post_layers": [8], **network}))
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
+        validate(config)
+    assert "\n" not in str(err.value)
+
+
+def test_unbounded_actions_need_action_scale():
+    config = Config(agent=RDDPGConfig(), env=EnvConfig(id="Pendulum-v1"))
+    validate_for_env(config, describe_env(config.env))
+    inf = np.array([np.inf], np.float32)
+    with pytest.raises(ConfigError, match="set env.action_scale"):
+        validate_for_env(config, EnvSpec(3, False, 1, -inf, inf))
+    config.env.action_scale = 0.0
+    with pytest.raises(ConfigError, match="env.action_scale=0.0 is invalid"):
+        validate_for_env(config, EnvSpec(3, False, 1, -inf, inf))
+
+
+def test_cli_rtd3_on_discrete_env_is_one_line_error(tmp_path):
+    cmd = [sys.executable, "-m", "scripts.train", "agent=rtd3", "env=cartpole_p", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "use agent=rdqn" in errors[0], proc.stderr[-2000:]
