@@ -92,9 +92,13 @@ class ActorCriticNetwork(keras.Model):
 
     def policy(self, h: tf.Tensor) -> tf.Tensor:
         """Deterministic action in ``[-1, 1]``: ``[B, T, U] -> [B, T, A]``."""
+        return tf.tanh(self.policy_preactivation(h))
+
+    def policy_preactivation(self, h: tf.Tensor) -> tf.Tensor:
+        """The actor head before its tanh: ``[B, T, U] -> [B, T, A]``."""
         for layer in self.post:
             h = layer(h)
-        return self.head(h)
+        return tf.matmul(h, self.head.kernel) + self.head.bias
 
     def q(self, h: tf.Tensor, action: tf.Tensor, index: int | None = None) -> list[tf.Tensor]:
         """``Q_i(h, a)`` for every critic head (or only ``index``): list of ``[B, T]``."""

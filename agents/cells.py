@@ -23,7 +23,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from agents import fastrnn
+
 CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
+# Use the fused kernels of agents/fastrnn.py where they apply (static length, lstm or gru with
+# reset_after); False forces the reference tf.scan path everywhere (tests compare the two).
+FAST = True
+# Longer static sequences fall back to tf.scan: the fused kernels unroll every step into the graph.
+MAX_STATIC_STEPS = 512
 State = tuple[tf.Tensor, ...]
 
 
@@ -121,6 +128,30 @@ class RecurrentCore(keras.layers.Layer):
         if self.cell_kind == "mlp":
             return proj, ()
         keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
+        if FAST and self._fast_ok(proj):
+            return self._unroll_fused(proj, keep, state)
+        return self._unroll_scan(proj, keep, state)
+
+    def _fast_ok(self, proj: tf.Tensor) -> bool:
+        steps = proj.shape[1]
+        return (
+            steps is not None
+            and 0 < steps <= MAX_STATIC_STEPS
+            and (self.cell_kind == "lstm" or (self.cell_kind == "gru" and self.reset_after))
+        )
+
+    def _unroll_fused(self, proj: tf.Tensor, keep: tf.Tensor, state: State) -> tuple[tf.Tensor, State]:
+        x = tf.transpose(proj, [1, 0, 2])  # [T, B, G]
+        rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
+        if self.cell_kind == "lstm":
+            hs, h, c = fastrnn.lstm_sequence(x, keep, state[0], state[1], rk)
+            return tf.transpose(hs, [1, 0, 2]), (h, c)
+        rb = tf.convert_to_tensor(self.cell.bias)[1]
+        hs, h = fastrnn.gru_sequence(x, keep, state[0], rk, rb)
+        return tf.transpose(hs, [1, 0, 2]), (h,)
+
+    def _unroll_scan(self, proj: tf.Tensor, keep: tf.Tensor, state: State) -> tuple[tf.Tensor, State]:
+        """The reference recurrence: ``_recur`` under ``tf.scan``, autodiff for the gradient."""
 
         def body(carry: State, step: tuple[tf.Tensor, tf.Tensor]) -> State:
             x_t, keep_t = step

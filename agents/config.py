@@ -157,7 +157,7 @@ def _validate_rddpg(a, n: NetworkConfig) -> None:
         val = getattr(a, key)
         _check(val is None or (_num(val) and val > 0), f"agent.{key}", val, "> 0 or null (agent.lr)")
     _check(a.exploration in ("gaussian", "ou"), "agent.exploration", a.exploration, "gaussian|ou")
-    for key in ("exploration_noise", "target_noise", "noise_clip"):
+    for key in ("exploration_noise", "target_noise", "noise_clip", "preactivation_penalty"):
         val = getattr(a, key)
         _check(_num(val) and val >= 0, f"agent.{key}", val, ">= 0")
     _check(_num(a.ou_theta) and 0 < a.ou_theta <= 1, "agent.ou_theta", a.ou_theta, "(0, 1]")

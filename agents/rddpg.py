@@ -7,7 +7,7 @@ burn-in, stored state and n-step returns as :mod:`agents.rdqn`. One compiled ste
     V(s_j) = min_i Q'_i(h_j, a'_j)                       # min over twin critics (one if not twin)
     y_t = n-step return + gamma^n V(s_{t+n})             # agents.returns.n_step_targets
     critic loss = sum_i mean_valid (y_t - Q_i(h_t, a_t))^2
-    actor loss  = -mean_valid Q_1(h_t, mu(h_t))          # applied every policy_delay updates
+    actor loss  = mean_valid -Q_1(h_t, mu(h_t)) + c pre_t^2    # every policy_delay updates
     targets <- targets + tau * (online - targets)        # every target_update_period updates
 
 Actions are in ``[-1, 1]`` inside the learner (replay keeps env units; see agents.exploration).
@@ -71,6 +71,9 @@ class RDDPGConfig:
     policy_delay: int = 1
     # One recurrent core for actor and critic (trained by the critic loss only) instead of two.
     shared_core: bool = False
+    # Weight of mean(pre_tanh^2) in the actor loss. Tiny inside tanh's linear range; keeps an
+    # early critic's one-signed dQ/da from pinning the head at +-1, where its gradient vanishes.
+    preactivation_penalty: float = 1e-3
 
 
 def _variables(layers: list) -> list[tf.Variable]:
@@ -236,19 +239,23 @@ class RDDPGLearner:
             td_errors = [target - q for q in q_taken]
             critic_loss = tf.add_n([masked_mean(tf.square(d), mask) for d in td_errors])
             if cfg.shared_core:
-                policy_action = self.online_actor.policy(tf.stop_gradient(h_critic))
+                h_actor = tf.stop_gradient(h_critic)
             else:
                 h_actor, _ = self.online_actor.encode(trace_x, actor_state, trace_reset)
-                policy_action = self.online_actor.policy(h_actor)  # [B, T, A]
+            preactivation = self.online_actor.policy_preactivation(h_actor)  # [B, T, A]
+            policy_action = tf.tanh(preactivation)
             q_policy = self.online_critic.q(tf.stop_gradient(h_critic), policy_action, index=0)[0]
-            actor_loss = -masked_mean(q_policy, mask)
+            penalty = tf.reduce_mean(tf.square(preactivation), axis=-1)
+            actor_loss = masked_mean(cfg.preactivation_penalty * penalty - q_policy, mask)
         grads = tape.gradient(critic_loss, self.critic_variables)
         grads, critic_grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
         self.critic_optimizer.apply(grads, self.critic_variables)
         self.updates.assign_add(1)
+        # The actor gradient is taken outside the tf.cond (the fused RNN gradient needs static
+        # shapes, which a cond branch hides); only applying it is delayed.
+        grads = tape.gradient(actor_loss, self.actor_variables)
+        grads, actor_grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
         if self.updates % cfg.policy_delay == 0:  # TD3 delayed policy update (a tf.cond)
-            grads = tape.gradient(actor_loss, self.actor_variables)
-            grads, actor_grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
             self.actor_optimizer.apply(grads, self.actor_variables)
             self._actor_grad_norm.assign(actor_grad_norm)
         if self.updates % cfg.target_update_period == 0:

@@ -52,6 +52,8 @@ def to_config(cfg: DictConfig) -> Config:
 
 
 register_configs()
+if not OmegaConf.has_resolver("resume_or"):
+    OmegaConf.register_new_resolver("resume_or", lambda resume, default: resume or default)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -115,7 +115,10 @@ def test_typos_and_wrong_types_are_rejected_by_the_schema(capsys, tmp_path: Path
 def test_cli_subprocess_exit_code_and_no_traceback(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "scripts.train", "agent.tau=2", f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == "error: agent.tau=2.0 is invalid: allowed (0, 1]"

@@ -55,7 +55,7 @@ def test_dockerfile_passes_hadolint():
 
 
 def _tool(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    command = [str(OFFLINE_DOCKER), *args]
+    command = ["bash", str(OFFLINE_DOCKER), *args]  # CI's copy of shared/ may lack the x bit
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

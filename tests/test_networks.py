@@ -74,8 +74,9 @@ def test_reset_zeroes_state(cell: str, reset_after: bool) -> None:
     out, _ = net.unroll(tf.constant(x), warm, tf.constant(reset))
     fresh, _ = net.unroll(tf.constant(x[:, 4:]), net.initial_state(B), tf.zeros([B, T - 4]))
     np.testing.assert_allclose(out[:, 4:], fresh, atol=1e-6)
-    assert not np.allclose(out[:, :4], net.unroll(tf.constant(x[:, :4]), net.initial_state(B),
-                                                  tf.zeros([B, 4]))[0])
+    assert not np.allclose(
+        out[:, :4], net.unroll(tf.constant(x[:, :4]), net.initial_state(B), tf.zeros([B, 4]))[0]
+    )
 
 
 @pytest.mark.parametrize(("cell", "reset_after"), [("lstm", True), ("gru", True), ("gru", False)])
@@ -90,8 +91,9 @@ def test_core_matches_keras_layer(cell: str, reset_after: bool) -> None:
     else:
         layer = keras.layers.GRU(6, return_sequences=True, reset_after=reset_after)
     layer.build((None, T, F))
-    layer.set_weights([np.asarray(w) for w in (net.core.cell.kernel, net.core.cell.recurrent_kernel,
-                                               net.core.cell.bias)])
+    layer.set_weights(
+        [np.asarray(w) for w in (net.core.cell.kernel, net.core.cell.recurrent_kernel, net.core.cell.bias)]
+    )
     np.testing.assert_allclose(ours, layer(x), atol=1e-5)
 
 
@@ -130,12 +132,14 @@ def test_running_normalizer_matches_batch_statistics_and_both_paths_apply_it() -
     after, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
     assert not np.allclose(before, after)
     scaled = np.clip((x - norm.mean) / norm.std, -5, 5).astype(np.float32)
-    plain = RecurrentNetwork(NetworkConfig(cell="lstm", units=6, pre_layers=[8], normalize_obs=False),
-                             F, A, name="online_q2")
+    plain = RecurrentNetwork(
+        NetworkConfig(cell="lstm", units=6, pre_layers=[8], normalize_obs=False), F, A, name="online_q2"
+    )
     for v, w in zip(plain.trainable_variables, net.trainable_variables, strict=True):
         v.assign(w)
-    np.testing.assert_allclose(after, plain.unroll(tf.constant(scaled), plain.initial_state(B),
-                                                   tf.constant(reset))[0], atol=1e-5)
+    np.testing.assert_allclose(
+        after, plain.unroll(tf.constant(scaled), plain.initial_state(B), tf.constant(reset))[0], atol=1e-5
+    )
     mirror, state, outs = NumpyNetwork(net), None, []
     state = mirror.initial_state(B)
     for t in range(T):

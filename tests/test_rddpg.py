@@ -27,7 +27,9 @@ LOW, HIGH = np.array([-2.0, 0.0], np.float32), np.array([2.0, 3.0], np.float32)
 def make_learner(**agent) -> RDDPGLearner:
     network = NetworkConfig(cell="lstm", units=16, pre_layers=[16], post_layers=[16], inputs=["prev_action"])
     config = RDDPGConfig(batch_size=4, **agent)
-    return RDDPGLearner(config, network, obs_dim=3, action_low=LOW, action_high=HIGH, burn_in=2, trace_length=5)
+    return RDDPGLearner(
+        config, network, obs_dim=3, action_low=LOW, action_high=HIGH, burn_in=2, trace_length=5
+    )
 
 
 def random_batch(learner: RDDPGLearner, seed: int = 0) -> dict[str, np.ndarray]:
@@ -57,7 +59,9 @@ def test_actor_actions_inside_bounds():
     config = Config(
         agent=RDDPGConfig(exploration_noise=5.0),
         env=EnvConfig(id="Pendulum-v1", num_envs=3),
-        network=NetworkConfig(units=8, pre_layers=[8], post_layers=[8], inputs=["prev_action", "prev_reward"]),
+        network=NetworkConfig(
+            units=8, pre_layers=[8], post_layers=[8], inputs=["prev_action", "prev_reward"]
+        ),
     )
     spec = EnvSpec(3, False, 2, LOW, HIGH)
     counters = Counters(env_steps=10_000)
@@ -74,7 +78,9 @@ def test_actor_actions_inside_bounds():
         assert (action >= LOW).all() and (action <= HIGH).all()
     scaler = ActionScaler(LOW, HIGH)
     np.testing.assert_allclose(scaler.to_env(np.array([[-1.0, 1.0]])), [[-2.0, 3.0]])
-    np.testing.assert_allclose(scaler.from_env(scaler.to_env(np.array([[0.3, -0.7]]))), [[0.3, -0.7]], atol=1e-6)
+    np.testing.assert_allclose(
+        scaler.from_env(scaler.to_env(np.array([[0.3, -0.7]]))), [[0.3, -0.7]], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("shared_core", [False, True])
@@ -87,7 +93,10 @@ def test_critic_shapes_and_targets_start_equal(shared_core):
     q = learner.online_critic.q(h, tf.zeros([b, t, 2]))
     assert len(q) == 2 and all(qi.shape == (b, t) for qi in q)
     assert learner.online_actor.policy(h).shape == (b, t, 2)
-    for online, target in ((learner.online_actor, learner.target_actor), (learner.online_critic, learner.target_critic)):
+    for online, target in (
+        (learner.online_actor, learner.target_actor),
+        (learner.online_critic, learner.target_critic),
+    ):
         for w_online, w_target in zip(weights(online), weights(target), strict=True):
             np.testing.assert_array_equal(w_online, w_target)
 
@@ -161,7 +170,9 @@ def tiny_config(tmp_path, **train) -> Config:
     return Config(
         agent=RDDPGConfig(batch_size=8, twin_critics=True, target_noise=0.2, policy_delay=2),
         env=EnvConfig(name="pendulum_p", id="Pendulum-v1", mask_obs=[2], num_envs=2, max_episode_steps=50),
-        network=NetworkConfig(units=16, pre_layers=[16], post_layers=[16], inputs=["prev_action", "prev_reward"]),
+        network=NetworkConfig(
+            units=16, pre_layers=[16], post_layers=[16], inputs=["prev_action", "prev_reward"]
+        ),
         replay=ReplayConfig(capacity=2000, burn_in=2, trace_length=6),
         train=TrainConfig(
             **{
@@ -280,3 +291,25 @@ def test_cli_rtd3_on_discrete_env_is_one_line_error(tmp_path):
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "use agent=rdqn" in errors[0], proc.stderr[-2000:]
+
+
+def test_rddpg_presets_compose_and_reject_typos():
+    from hydra import compose, initialize
+    from omegaconf import OmegaConf
+
+    import scripts.train  # noqa: F401  (registers the structured schemas)
+
+    with initialize(version_base="1.3", config_path="../conf"):
+        default = OmegaConf.to_object(compose("config"))
+        rtd3 = OmegaConf.to_object(compose("config", overrides=["agent=rtd3", "env=pendulum_p"]))
+        rddpg = OmegaConf.to_object(compose("config", overrides=["agent=rddpg", "env=pendulum"]))
+        with pytest.raises(Exception, match="learnin_rate"):
+            compose("config", overrides=["agent=rtd3", "agent.learnin_rate=1"])
+    assert default.agent.kind == "rdqn" and default.env.name == "cartpole_p"
+    assert isinstance(rtd3.agent, RDDPGConfig) and isinstance(rddpg.agent, RDDPGConfig)
+    assert (rddpg.agent.twin_critics, rddpg.agent.target_noise, rddpg.agent.policy_delay) == (False, 0.0, 1)
+    assert (rtd3.agent.twin_critics, rtd3.agent.target_noise > 0, rtd3.agent.policy_delay) == (True, True, 2)
+    assert rtd3.env.id == "Pendulum-v1" and rtd3.env.mask_obs == [2] and rddpg.env.mask_obs == []
+    for config in (rtd3, rddpg):
+        validate(config)
+        validate_for_env(config, describe_env(config.env))

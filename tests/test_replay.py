@@ -71,8 +71,9 @@ def test_actor_rows_mark_episode_ends() -> None:
     env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
     net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[]), 2, 2, name="online_q")
     policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0)
-    replay = SequenceReplay(64, 2, 4, {"obs": ((2,), np.float32), "action": ((), np.int32)},
-                            state_dim=8, seed=0)
+    replay = SequenceReplay(
+        64, 2, 4, {"obs": ((2,), np.float32), "action": ((), np.int32)}, state_dim=8, seed=0
+    )
     actor = Actor(env, policy, replay, seed=0)
     returns = []
     for _ in range(12):

@@ -57,8 +57,11 @@ def test_tau_one_copies_and_tau_zero_changes_nothing() -> None:
 
 def test_integer_seed_state_is_never_averaged() -> None:
     online, target, updater = _pair()
-    ints = [v for v in online.non_trainable_variables + target.non_trainable_variables
-            if not v.dtype.startswith("float")]
+    ints = [
+        v
+        for v in online.non_trainable_variables + target.non_trainable_variables
+        if not v.dtype.startswith("float")
+    ]
     before = [np.asarray(v).copy() for v in ints]
     updater(0.5)
     for v, b in zip(ints, before, strict=True):

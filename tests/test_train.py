@@ -31,9 +31,15 @@ def test_smoke_run_writes_everything(tiny_config: Config) -> None:
     run = Path(tiny_config.run_dir)
     tags = _tags(run)
     for tag in TD_TAGS + [
-        "losses/loss", "losses/q_mean", "losses/grad_norm", "charts/epsilon",
-        "charts/episode_return", "charts/episode_length", "eval/return_mean",
-        "perf/env_steps_per_s", "perf/updates_per_s",
+        "losses/loss",
+        "losses/q_mean",
+        "losses/grad_norm",
+        "charts/epsilon",
+        "charts/episode_return",
+        "charts/episode_length",
+        "eval/return_mean",
+        "perf/env_steps_per_s",
+        "perf/updates_per_s",
     ]:
         assert tag in tags, tag
     rows = list(csv.DictReader(open(run / "progress.csv")))
@@ -68,8 +74,10 @@ def test_same_seed_same_numbers(tiny_config: Config, tmp_path: Path) -> None:
     a.run_dir, b.run_dir, c.run_dir = (str(tmp_path / n) for n in "abc")
     c.seed = 1
     ra, rb, rc = train(a), train(b), train(c)
-    assert ra["evaluations"] == [dict(e, wall_time_s=e2["wall_time_s"]) for e, e2 in
-                                 zip(rb["evaluations"], ra["evaluations"], strict=True)]
+    assert ra["evaluations"] == [
+        dict(e, wall_time_s=e2["wall_time_s"])
+        for e, e2 in zip(rb["evaluations"], ra["evaluations"], strict=True)
+    ]
     ka = np.load(Path(a.run_dir) / "ckpt" / "state-400.npz")["replay/data/reward"]
     kb = np.load(Path(b.run_dir) / "ckpt" / "state-400.npz")["replay/data/reward"]
     kc = np.load(Path(c.run_dir) / "ckpt" / "state-400.npz")["replay/data/reward"]
@@ -99,3 +107,17 @@ def test_memory_task_lstm_learns_and_mlp_cannot(tiny_config: Config, tmp_path: P
     # 50 greedy episodes: a policy at chance scores 0 +- 0.14 (sd); a solved one scores 1.
     assert results["lstm"] >= 0.9, results
     assert results["mlp"] <= 0.5, results
+
+
+def test_load_run_config_applies_overrides_and_keeps_agent(tiny_config: Config) -> None:
+    from agents.config import load_run_config
+
+    train(copy.deepcopy(tiny_config))
+    run = tiny_config.run_dir
+    loaded = load_run_config(run, ["train.total_env_steps=800", "resume=ignored"][:1])
+    assert loaded.train.total_env_steps == 800 and loaded.resume == run and loaded.run_dir == run
+    assert loaded.env.id == "recurrl/CueMemory-v0" and loaded.network.units == 16
+    with pytest.raises(ConfigError, match="cannot change a resumed run"):
+        load_run_config(run, ["agent=rddpg"])
+    with pytest.raises(ConfigError, match="override rejected"):
+        load_run_config(run, ["train.total_env_stepz=800"])
