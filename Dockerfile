@@ -18,8 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 
-# Debian's Python 3.11 and tini. Packages follow bookworm's security updates rather than a pinned patch
-# version, which the mirror drops as soon as the next update lands.
+# Debian's Python 3.11 and tini, unpinned (DL3008): Debian's archive keeps only the newest bookworm
+# version of a package, so a pinned patch version stops installing when the next update lands.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv tini \

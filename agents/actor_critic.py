@@ -49,10 +49,17 @@ class ActorCriticNetwork(keras.Model):
         actor: bool,
         num_critics: int,
         name: str,
+        norm_dim: int = 0,
     ) -> None:
+        """``norm_dim``: leading input features (the observation) to normalise, 0 for none."""
         super().__init__(name=name)
         self.config = config
         self.input_dim, self.action_dim = int(input_dim), int(action_dim)
+        self.norm_dim = int(norm_dim) if config.normalize_obs else 0
+        if self.norm_dim:  # running statistics pushed by agents.normalizer (as RecurrentNetwork)
+            kw = {"shape": (self.norm_dim,), "trainable": False}
+            self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
+            self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
         self.pre = _dense_stack(config.pre_layers, "pre")
         self.core = RecurrentCore(config.cell, config.units, config.reset_after, name="core")
         self.post = _dense_stack(config.post_layers, "post") if actor else []
@@ -86,6 +93,10 @@ class ActorCriticNetwork(keras.Model):
     def encode(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
         """History features: ``inputs`` ``[B, T, F]``, ``reset`` ``[B, T]`` -> ``[B, T, U]``, final state."""
         x = inputs
+        if self.norm_dim:
+            clip = self.config.obs_clip
+            obs = (x[..., : self.norm_dim] - self.input_mean) / self.input_std
+            x = tf.concat([tf.clip_by_value(obs, -clip, clip), x[..., self.norm_dim :]], axis=-1)
         for layer in self.pre:
             x = layer(x)
         return self.core.unroll(x, state, reset)

@@ -73,7 +73,7 @@ class RecurrentCore(keras.layers.Layer):
         return tuple(tf.zeros([batch_size, s]) for s in self.state_sizes)
 
     def _project_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
-        """``[B, T, F] -> [B, T, G]``: every time step's input projection in one matmul."""
+        """``[B, T, F] -> [B, T, G]`` (or time-major): every step's input projection in one matmul."""
         shape = tf.shape(inputs)
         flat = tf.reshape(inputs, [-1, inputs.shape[-1]])
         if self.cell_kind == "mlp":
@@ -124,34 +124,35 @@ class RecurrentCore(keras.layers.Layer):
         Returns:
             outputs ``[B, T, U]`` and the state after the last step.
         """
+        if FAST and self._fast_ok(inputs):
+            return self._unroll_fused(inputs, state, reset)
         proj = self._project_inputs(inputs)
         if self.cell_kind == "mlp":
             return proj, ()
+        return self._unroll_scan(proj, tf.transpose(1.0 - reset)[:, :, None], state)
+
+    def _fast_ok(self, inputs: tf.Tensor) -> bool:
+        steps = inputs.shape[1]
+        kind_ok = self.cell_kind == "lstm" or (self.cell_kind == "gru" and self.reset_after)
+        return kind_ok and steps is not None and 0 < steps <= MAX_STATIC_STEPS
+
+    def _unroll_fused(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
+        """:mod:`agents.fastrnn` kernels; time-major inside (the narrow inputs are transposed)."""
+        proj = self._project_inputs(tf.transpose(inputs, [1, 0, 2]))  # [T, B, G]
         keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
-        if FAST and self._fast_ok(proj):
-            return self._unroll_fused(proj, keep, state)
-        return self._unroll_scan(proj, keep, state)
-
-    def _fast_ok(self, proj: tf.Tensor) -> bool:
-        steps = proj.shape[1]
-        return (
-            steps is not None
-            and 0 < steps <= MAX_STATIC_STEPS
-            and (self.cell_kind == "lstm" or (self.cell_kind == "gru" and self.reset_after))
-        )
-
-    def _unroll_fused(self, proj: tf.Tensor, keep: tf.Tensor, state: State) -> tuple[tf.Tensor, State]:
-        x = tf.transpose(proj, [1, 0, 2])  # [T, B, G]
         rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
         if self.cell_kind == "lstm":
-            hs, h, c = fastrnn.lstm_sequence(x, keep, state[0], state[1], rk)
-            return tf.transpose(hs, [1, 0, 2]), (h, c)
+            hs, h, c = fastrnn.lstm_sequence(proj, keep, state[0], state[1], rk)
+            return hs, (h, c)
         rb = tf.convert_to_tensor(self.cell.bias)[1]
-        hs, h = fastrnn.gru_sequence(x, keep, state[0], rk, rb)
-        return tf.transpose(hs, [1, 0, 2]), (h,)
+        hs, h = fastrnn.gru_sequence(proj, keep, state[0], rk, rb)
+        return hs, (h,)
 
     def _unroll_scan(self, proj: tf.Tensor, keep: tf.Tensor, state: State) -> tuple[tf.Tensor, State]:
-        """The reference recurrence: ``_recur`` under ``tf.scan``, autodiff for the gradient."""
+        """The reference path: ``_recur`` under ``tf.scan``, autodiff for the gradient.
+
+        ``proj`` ``[B, T, G]``, ``keep`` ``[T, B, 1]``.
+        """
 
         def body(carry: State, step: tuple[tf.Tensor, tf.Tensor]) -> State:
             x_t, keep_t = step

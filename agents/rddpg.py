@@ -110,11 +110,11 @@ class RDDPGLearner:
         nets = {}
         for side in ("online", "target"):
             if config.shared_core:
-                both = ActorCriticNetwork(network, in_dim, a, True, critics, name=f"{side}_actor_critic")
+                both = ActorCriticNetwork(network, in_dim, a, True, critics, f"{side}_actor_critic", obs_dim)
                 nets[side] = (both, both)
             else:
-                actor = ActorCriticNetwork(network, in_dim, a, True, 0, name=f"{side}_actor")
-                critic = ActorCriticNetwork(network, in_dim, a, False, critics, name=f"{side}_critic")
+                actor = ActorCriticNetwork(network, in_dim, a, True, 0, f"{side}_actor", obs_dim)
+                critic = ActorCriticNetwork(network, in_dim, a, False, critics, f"{side}_critic", obs_dim)
                 nets[side] = (actor, critic)
         (self.online_actor, self.online_critic), (self.target_actor, self.target_critic) = (
             nets["online"],
@@ -170,6 +170,12 @@ class RDDPGLearner:
             "updates": self.updates,
             "target_noise_rng": self.noise_rng,
         }
+
+    def networks(self) -> list[ActorCriticNetwork]:
+        """Every network whose input normalisation follows the observation statistics."""
+        return list(
+            {id(m): m for m in self.trackables().values() if isinstance(m, ActorCriticNetwork)}.values()
+        )
 
     def sync_policy(self, policy: DeterministicPolicy) -> None:
         """Refresh the acting policy's numpy mirror from the online actor."""

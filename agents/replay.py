@@ -105,14 +105,18 @@ class SequenceReplay:
         """Everything needed to restore the buffer exactly (arrays, cursor, sampling RNG)."""
         meta = np.array([self.pos, int(self.full)], np.int64)
         rng_state = np.frombuffer(json.dumps(self.rng.bit_generator.state).encode(), np.uint8)
-        return {**{f"data/{k}": v for k, v in self.data.items()}, "meta": meta, "rng": rng_state}
+        live = self.rows if self.full else self.pos  # unwritten rows are not saved
+        return {**{f"data/{k}": v[:live] for k, v in self.data.items()}, "meta": meta, "rng": rng_state}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Inverse of :meth:`state_dict`; shapes must match this buffer's."""
+        pos, full = int(state["meta"][0]), bool(state["meta"][1])
+        live = self.rows if full else pos
         for k, v in self.data.items():
             saved = state[f"data/{k}"]
-            if saved.shape != v.shape:
-                raise ValueError(f"replay field {k}: saved {saved.shape} != buffer {v.shape}")
-            v[...] = saved
-        self.pos, self.full = int(state["meta"][0]), bool(state["meta"][1])
+            if saved.shape != (live, *v.shape[1:]):
+                raise ValueError(f"replay field {k}: saved {saved.shape} does not fit buffer {v.shape}")
+            v[:live] = saved
+            v[live:] = 0
+        self.pos, self.full = pos, full
         self.rng.bit_generator.state = json.loads(bytes(state["rng"]).decode())

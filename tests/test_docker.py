@@ -63,17 +63,24 @@ def _tail(result: subprocess.CompletedProcess[str], lines: int = 40) -> str:
     return "\n".join((result.stdout + result.stderr).splitlines()[-lines:])
 
 
+def _no_docker(reason: str) -> None:
+    """Skip, unless RECURRL_REQUIRE_DOCKER=1 (set by .ci/run, where Docker must work): then fail."""
+    if os.environ.get("RECURRL_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"Docker required here (RECURRL_REQUIRE_DOCKER=1) but {reason}")
+    pytest.skip(f"no Docker here: {reason}")
+
+
 @pytest.fixture(scope="module")
 def image() -> str:
     """Start the private engine and build the repo's Dockerfile; skip only where Docker cannot run."""
     if not OFFLINE_DOCKER.is_file():
-        pytest.skip(f"no Docker here: {OFFLINE_DOCKER} is missing")
+        _no_docker(f"{OFFLINE_DOCKER} is missing")
     if os.geteuid() != 0:
-        pytest.skip("no Docker here: offline-docker starts its own dockerd and needs root")
+        _no_docker("offline-docker starts its own dockerd and needs root")
     up = _tool("up", timeout=900)  # the first `up` on a machine installs docker.io and debootstraps
     if up.returncode != 0:
         if "dockerd failed to start" in up.stderr:
-            pytest.skip(f"no Docker here: dockerd failed to start\n{_tail(up)}")
+            _no_docker(f"dockerd failed to start\n{_tail(up)}")
         pytest.fail(f"offline-docker up failed:\n{_tail(up)}")
     build = _tool("build", "-t", IMAGE, str(REPO), timeout=1800)
     assert build.returncode == 0, f"docker build failed:\n{_tail(build)}"

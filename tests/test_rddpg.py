@@ -111,7 +111,7 @@ def test_soft_updates_match_closed_form_for_actor_and_critic():
     tau, k = 0.1, 5
     for _ in range(k):
         learner.targets(tau)
-    for (online, target), (w_online, w_target0) in zip(pairs, before, strict=True):
+    for (_, target), (w_online, w_target0) in zip(pairs, before, strict=True):
         for o, t0, t in zip(w_online, w_target0, weights(target), strict=True):
             np.testing.assert_allclose(t, o + (1 - tau) ** k * (t0 - o), rtol=1e-5, atol=1e-6)
     learner.targets(1.0)
@@ -158,7 +158,8 @@ def test_actor_updates_every_policy_delay_critic_updates_without_retracing():
         actor_after = weights(learner.online_actor)
         changed = any(not np.array_equal(a, b) for a, b in zip(actor_before, actor_after, strict=True))
         assert changed == (i % 3 == 0), f"update {i}"
-        assert any(not np.array_equal(a, b) for a, b in zip(critic_before, weights(learner.online_critic)))
+        critic_after = weights(learner.online_critic)
+        assert any(not np.array_equal(a, b) for a, b in zip(critic_before, critic_after, strict=True))
         actor_before = actor_after
     assert int(learner.critic_optimizer.iterations) == 7 and int(learner.actor_optimizer.iterations) == 2
     assert learner._step.experimental_get_tracing_count() == 1
