@@ -49,6 +49,8 @@ class EvalConfig:
     every_env_steps: int = 1_000
     # Greedy episodes per evaluation (run in parallel, one env each).
     episodes: int = 10
+    # Network evaluated: online, or target (the EMA of the online weights, a smoother policy).
+    network: str = "online"
 
 
 @dataclass
@@ -150,6 +152,7 @@ def validate(config: Config) -> None:
     )
     _check(v.every_env_steps >= 1, "eval.every_env_steps", v.every_env_steps, ">= 1")
     _check(v.episodes >= 1, "eval.episodes", v.episodes, "integers >= 1")
+    _check(v.network in ("online", "target"), "eval.network", v.network, "online|target")
 
 
 def _validate_rddpg(a, n: NetworkConfig) -> None:

@@ -6,6 +6,7 @@ MetricsWriter, with greedy evaluations and checkpoints at fixed env-step interva
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import time
@@ -203,7 +204,7 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
                     **learner.schedule_scalars(counters.env_steps),
                 },
             )
-            evals.append(_evaluate(config, counters, policy, eval_env, writer, recent, started))
+            evals.append(_evaluate(config, counters, policy, eval_env, writer, recent, started, learner))
             bar.set_postfix(
                 ret=f"{np.mean(recent) if recent else float('nan'):.1f}",
                 eval=f"{evals[-1]['eval_return_mean']:.1f}",
@@ -222,8 +223,11 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
     return summary
 
 
-def _evaluate(config, counters, policy, eval_env, writer, recent, started) -> dict:
+def _evaluate(config, counters, policy, eval_env, writer, recent, started, learner) -> dict:
     seed = EVAL_SEED_OFFSET + config.seed * 100_003 + counters.evaluations * config.eval.episodes
+    if config.eval.network == "target":  # greedy episodes with the EMA (target) weights
+        policy = copy.copy(policy)
+        policy.net = NumpyNetwork(learner.eval_network("target"))
     returns = evaluate(eval_env, policy, seed=seed)
     counters.evaluations += 1
     row = {

@@ -48,7 +48,7 @@ class RDDPGConfig:
     # Critic learning rate (null: agent.lr).
     critic_lr: float | None = None
     # Sequences per update.
-    batch_size: int = 32
+    batch_size: int = 64
     # EMA rate of every target network, in (0, 1]; 1 with a period gives hard copies.
     tau: float = 0.005
     # Optimiser steps between target updates.
@@ -61,13 +61,13 @@ class RDDPGConfig:
     exploration_noise: float = 0.1
     # OU only: mean reversion per step, in (0, 1].
     ou_theta: float = 0.15
-    # TD3: two critic heads, bootstrap from the smaller target value.
+    # TD3: two critic heads (on the critic's core), bootstrap from the smaller target value.
     twin_critics: bool = False
     # TD3 target policy smoothing: std of noise on the target action (half-range units; 0 = off).
     target_noise: float = 0.0
     # TD3: the smoothing noise is clipped to [-noise_clip, noise_clip].
     noise_clip: float = 0.5
-    # TD3: one actor (and policy-target) update every policy_delay critic updates.
+    # TD3: one actor update every policy_delay critic updates (targets follow target_update_period).
     policy_delay: int = 1
     # One recurrent core for actor and critic (trained by the critic loss only) instead of two.
     shared_core: bool = False

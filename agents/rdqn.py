@@ -112,6 +112,10 @@ class RDQNLearner:
         """Every network whose input normalisation follows the observation statistics."""
         return [self.online_q, self.target_q]
 
+    def eval_network(self, which: str) -> RecurrentNetwork:
+        """The Q-network a greedy evaluation acts with: ``online`` or ``target``."""
+        return self.target_q if which == "target" else self.online_q
+
     def sync_policy(self, policy) -> None:
         """Refresh the acting policy's numpy mirror from the online network."""
         policy.net.sync()

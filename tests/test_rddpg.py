@@ -314,3 +314,25 @@ def test_rddpg_presets_compose_and_reject_typos():
     for config in (rtd3, rddpg):
         validate(config)
         validate_for_env(config, describe_env(config.env))
+
+
+def test_numpy_policy_matches_the_tf_actor_step_by_step():
+    learner = make_learner()
+    for net in learner.networks():  # non-trivial observation statistics
+        net.input_mean.assign([0.5, -0.2, 0.1])
+        net.input_std.assign([2.0, 0.5, 1.5])
+    batch = random_batch(learner)
+    x = learner.features(batch)  # [B, L, F]
+    state = tuple(np.split(batch["state"], 2, axis=1))
+    h, _ = learner.online_actor.encode(tf.constant(x), tuple(map(tf.constant, state)), tf.zeros(x.shape[:2]))
+    expected = learner.online_actor.policy(h).numpy()
+    _, policy = build_rddpg(
+        Config(agent=learner.config, network=learner.online_actor.config),
+        EnvSpec(3, False, 2, LOW, HIGH),
+        Counters(),
+    )
+    policy.net.network = learner.online_actor
+    policy.net.sync()
+    for t in range(x.shape[1]):
+        u, state = policy.net.step(x[:, t], state)
+        np.testing.assert_allclose(u, expected[:, t], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,351 @@
+"""Timed measurements behind ``python -m scripts.benchmark`` (plain code: no Hydra in here).
+
+Every speed figure is taken next to a reference measured in the same process, in interleaved
+rounds, and reported as a median: on a shared or loaded machine absolute rates drift, ratios much
+less. Learner rows are built from the real presets (``conf/``) through a ``compose`` callable that
+the Hydra entry point passes in.
+
+FLOPs of one learner update are counted from the weight shapes (matmuls only; elementwise ops,
+the loss and the optimiser are not counted). A dense or recurrent layer with kernel ``[I, O]``
+costs ``2 I O`` per sample and step forward, and twice that backward (input and weight grads)::
+
+    net(step)     = sum over pre/post/head layers of 2 I O + core, core = 2 (F + U) G
+                    (G = 4U lstm, 3U gru, U mlp; F = core input width)
+    rdqn update   = B net (L + L + 2 (L - burn_in))
+                    # target over L, online burn-in + trace over L, backward over the trace + n_step
+    rddpg update  = B [L (enc_a + pol + enc_c + k qh)                # target actor and critic(s)
+                       + burn_in (enc_a + enc_c)                      # online burn-in
+                       + 3 T (enc_c + k qh) + 3 T (enc_a + pol) + 2 T qh]   # critic, actor losses
+
+with ``L = burn_in + trace_length + n_step``, ``T = trace_length``, ``k`` critics, ``enc`` the
+pre layers plus core, ``pol`` the actor's post layers and head, ``qh`` one critic's post layers and
+head (a shared core is counted once). Efficiency is ``FLOPs x updates/s`` over the fp32 GEMM rate
+of a large TF matmul measured between the rounds of the same row.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from agents import cells
+from agents.config import Config
+from agents.loop import Counters, build_agent
+from envs import describe_env
+from envs.make import EnvSpec
+
+Compose = Callable[[list[str]], Config]
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def load_1min() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+class Gemm:
+    """fp32 ``[n, n] x [n, n]`` matmul through TF: the machine's large-matmul rate in GFLOP/s."""
+
+    def __init__(self, n: int, repeats: int) -> None:
+        self.n, self.repeats = n, repeats
+        self.a = tf.random.stateless_normal([n, n], seed=[1, 2])
+        self.fn = tf.function(lambda a: tf.matmul(a, a))
+        self.fn(self.a).numpy()
+
+    def sample(self) -> float:
+        start = time.perf_counter()
+        for _ in range(self.repeats):
+            self.fn(self.a).numpy()
+        return 2 * self.n**3 * self.repeats / (time.perf_counter() - start) / 1e9
+
+
+def _dense_flops(layers: list) -> int:
+    return sum(2 * int(layer.kernel.shape[0]) * int(layer.kernel.shape[1]) for layer in layers)
+
+
+def _core_flops(core: cells.RecurrentCore) -> int:
+    rows = int(core.cell.kernel.shape[0]) + (0 if core.cell_kind == "mlp" else core.units)
+    return 2 * rows * int(core.cell.kernel.shape[1])
+
+
+def update_flops(learner, batch_size: int) -> int:
+    """Matmul FLOPs of one update (formula in the module docstring)."""
+    length, bi, tl = learner.seq_len, learner.burn_in, learner.trace_length
+    if hasattr(learner, "online_q"):
+        q = learner.online_q
+        net = _dense_flops(q.pre) + _core_flops(q.core) + _dense_flops([*q.post, q.head])
+        return batch_size * net * (2 * length + 2 * (length - bi))
+    actor, critic = learner.online_actor, learner.online_critic
+    enc_a = _dense_flops(actor.pre) + _core_flops(actor.core)
+    enc_c = 0 if critic is actor else _dense_flops(critic.pre) + _core_flops(critic.core)
+    pol = _dense_flops([*actor.post, actor.head])
+    heads = [_dense_flops([*post, head]) for post, head in zip(critic.q_posts, critic.q_heads, strict=True)]
+    qh, k_qh = heads[0], sum(heads)
+    per_sample = (
+        length * (enc_a + pol + enc_c + k_qh)
+        + bi * (enc_a + enc_c)
+        + 3 * tl * (enc_c + k_qh)
+        + 3 * tl * (enc_a + pol)
+        + 2 * tl * qh
+    )
+    return batch_size * per_sample
+
+
+def synthetic_batch(learner, spec: EnvSpec, batch_size: int, seed: int) -> dict[str, np.ndarray]:
+    """A replay-shaped batch of random rows, with a few episode starts and ends inside."""
+    rng = np.random.default_rng(seed)
+    b, length = batch_size, learner.seq_len
+    out: dict[str, np.ndarray] = {}
+    for key, (shape, dtype) in learner.replay_fields().items():
+        if key == "action" and spec.discrete:
+            out[key] = rng.integers(0, spec.num_actions, (b, length)).astype(dtype)
+        elif key in ("action", "prev_action"):
+            out[key] = rng.uniform(spec.action_low, spec.action_high, (b, length, *shape)).astype(dtype)
+        else:
+            out[key] = rng.normal(size=(b, length, *shape)).astype(dtype)
+    out["state"] = 0.1 * rng.normal(size=(b, learner.state_dim)).astype(np.float32)
+    out["reward"] = rng.normal(size=(b, length)).astype(np.float32)
+    out["first"] = (rng.random((b, length)) < 0.02).astype(np.float32)
+    out["terminated"] = np.roll(out["first"], -1, axis=1) * (rng.random((b, length)) < 0.5)
+    out["truncated"] = np.zeros((b, length), np.float32)
+    out["valid"] = np.ones((b, length), np.float32)
+    return out
+
+
+class KerasStep:
+    """Stock ``keras.layers.LSTM``/``GRU`` doing an rdqn update's recurrent work in one tf.function.
+
+    Target forward over ``L``, online burn-in forward, online forward and backward over the rest,
+    a squared TD loss against the target's max, Adam. Same layer sizes as the rdqn row.
+    """
+
+    def __init__(self, config: Config, spec: EnvSpec, seq_len: int) -> None:
+        n = config.network
+        layer = keras.layers.LSTM if n.cell.startswith("lstm") else keras.layers.GRU
+        self.nets = []
+        for _ in range(2):
+            pre = [keras.layers.Dense(w, activation="relu") for w in n.pre_layers]
+            rnn = layer(n.units, return_sequences=True, return_state=True)
+            head = keras.layers.Dense(spec.num_actions)
+            self.nets.append((pre, rnn, head))
+        self.bi, b = config.replay.burn_in, config.agent.batch_size
+        self.obs = tf.random.stateless_normal([b, seq_len, spec.obs_dim], seed=[3, 4])
+        self.optimizer = keras.optimizers.Adam(1e-3)
+        self._run(self.nets[0], self.obs)
+        self._run(self.nets[1], self.obs)
+        self.step = tf.function(self._step)
+        self.step(self.obs)
+
+    @staticmethod
+    def _run(net, x, state=None):
+        pre, rnn, head = net
+        for layer in pre:
+            x = layer(x)
+        out = rnn(x, initial_state=state)
+        return head(out[0]), out[1:]
+
+    def _step(self, obs: tf.Tensor) -> tf.Tensor:
+        online, target = self.nets
+        q_target, _ = self._run(target, obs)
+        _, state = self._run(online, obs[:, : self.bi])
+        state = [tf.stop_gradient(s) for s in state]
+        variables = [v for layer in [*online[0], online[1], online[2]] for v in layer.trainable_variables]
+        with tf.GradientTape() as tape:
+            q, _ = self._run(online, obs[:, self.bi :], state)
+            y = tf.stop_gradient(tf.reduce_max(q_target[:, self.bi :], axis=-1))
+            loss = tf.reduce_mean(tf.square(y - tf.reduce_max(q, axis=-1)))
+        self.optimizer.apply(tape.gradient(loss, variables), variables)
+        return loss
+
+
+def _timed(fn: Callable[[], object], calls: int) -> tuple[float, float]:
+    """``calls`` calls of ``fn``: (calls per wall second, process CPU ms per call)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        fn()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return calls / wall, 1e3 * cpu / calls
+
+
+def _build_learner(compose: Compose, overrides: list[str], fast: bool, seed: int):
+    config = compose(overrides)
+    spec = describe_env(config.env)
+    cells.FAST = fast  # read while the step is traced, i.e. at its first call below
+    try:
+        learner, _ = build_agent(config, spec, Counters())
+        batch = synthetic_batch(learner, spec, config.agent.batch_size, seed)
+        start = time.perf_counter()
+        learner.step(batch)
+        compile_s = time.perf_counter() - start
+    finally:
+        cells.FAST = True
+    return config, spec, learner, batch, compile_s
+
+
+def learner_row(
+    compose: Compose, overrides: list[str], gemm: Gemm, rounds: int, calls: int, compare: bool, seed: int
+) -> dict:
+    """Updates/s of one learner shape, with GEMM rate (and reference paths) in interleaved rounds."""
+    config, spec, learner, batch, compile_s = _build_learner(compose, overrides, True, seed)
+    cases = {"fast": lambda: learner.step(batch)}
+    extra: dict = {}
+    if compare:
+        ref = _build_learner(compose, overrides, False, seed)
+        cases["reference"] = lambda: ref[2].step(ref[3])
+        if config.agent.kind == "rdqn" and config.network.cell in ("lstm", "gru"):
+            keras_step = KerasStep(config, spec, learner.seq_len)
+            cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
+    rates: dict[str, list[float]] = {k: [] for k in cases}
+    cpu: dict[str, list[float]] = {k: [] for k in cases}
+    gflops = []
+    for _ in range(rounds):
+        gflops.append(gemm.sample())
+        for key, fn in cases.items():
+            rate, cpu_ms = _timed(fn, calls)
+            rates[key].append(rate)
+            cpu[key].append(cpu_ms)
+    flops = update_flops(learner, config.agent.batch_size)
+    ups, gemm_rate = median(rates["fast"]), median(gflops)
+    row = {
+        "agent": config.agent.kind,
+        "env": config.env.name,
+        "cell": config.network.cell,
+        "units": config.network.units,
+        "batch_size": config.agent.batch_size,
+        "burn_in": learner.burn_in,
+        "trace_length": learner.trace_length,
+        "seq_len": learner.seq_len,
+        "flops_per_update": flops,
+        "updates_per_s": ups,
+        "cpu_ms_per_update": median(cpu["fast"]),
+        "gemm_gflops": gemm_rate,
+        "achieved_gflops": flops * ups / 1e9,
+        "efficiency_pct": 100 * flops * ups / 1e9 / gemm_rate,
+        "compile_s": compile_s,
+        "reference_updates_per_s": None,
+        "reference_cpu_ms_per_update": None,
+        "speedup_vs_reference": None,
+        "keras_updates_per_s": None,
+        "speedup_vs_keras": None,
+        "load_1min": load_1min(),
+        **extra,
+    }
+    for key in ("reference", "keras"):
+        if key in rates:
+            row[f"{key}_updates_per_s"] = median(rates[key])
+            row[f"speedup_vs_{key}"] = ups / median(rates[key])
+    if "reference" in cpu:
+        row["reference_cpu_ms_per_update"] = median(cpu["reference"])
+    del learner, cases
+    gc.collect()
+    return row
+
+
+def target_update_times(compose: Compose, overrides: list[str], rounds: int, calls: int) -> dict:
+    """Per-call time of the fused soft update against per-variable eager assigns (same run)."""
+    config, _, learner, _, _ = _build_learner(compose, overrides, True, 0)
+    updater = learner.targets
+    tau = float(config.agent.tau)
+
+    def eager() -> None:
+        for online, target in updater.soft_pairs:
+            target.assign((1.0 - tau) * target + tau * online)
+        for online, target in updater.copy_pairs:
+            target.assign(online)
+
+    cases = {"fused": lambda: updater(tau), "eager": eager}
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(rounds):
+        for key, fn in cases.items():
+            rate, _ = _timed(fn, calls)
+            times[key].append(1e3 / rate)
+    fused, eager_ms = median(times["fused"]), median(times["eager"])
+    return {
+        "agent": config.agent.kind,
+        "cell": config.network.cell,
+        "units": config.network.units,
+        "variables": len(updater.soft_pairs) + len(updater.copy_pairs),
+        "fused_ms_per_call": fused,
+        "eager_ms_per_call": eager_ms,
+        "speedup": eager_ms / fused,
+        "load_1min": load_1min(),
+    }
+
+
+def set_blas_threads(n: int) -> bool:
+    """Pin numpy's bundled OpenBLAS to ``n`` threads (ctypes; False if the library is not found)."""
+    import ctypes
+    import glob
+
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*.so*"))
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"):
+            if hasattr(lib, name):
+                getattr(lib, name)(ctypes.c_int(int(n)))
+                return True
+    return False
+
+
+def acting_rows(
+    compose: Compose, overrides: list[str], num_envs: list[int], env_steps: int, rounds: int, blas: int
+) -> list[dict]:
+    """Env steps/s of Actor + EpsilonGreedy (numpy policy, writing replay) next to raw env stepping."""
+    from agents.actor import Actor
+    from agents.replay import SequenceReplay
+    from envs import make_vec_env
+
+    config = compose(overrides)
+    spec = describe_env(config.env)
+    counters = Counters(env_steps=10**9)  # epsilon at its final value: the policy's greedy path runs
+    learner, policy = build_agent(config, spec, counters)
+    rows = []
+    for n in num_envs:
+        raw_env = make_vec_env(config.env, seed=1, num_envs=n)
+        raw_env.reset(seed=1)
+        replay = SequenceReplay(
+            n * max(4 * learner.seq_len, 1000), n, learner.seq_len, learner.replay_fields(), learner.state_dim
+        )
+        actor = Actor(make_vec_env(config.env, seed=2, num_envs=n), policy, replay, seed=2)
+        calls = max(env_steps // n, 10)
+        actions = np.random.default_rng(0).integers(0, spec.num_actions, (calls, n))
+        it = iter(range(10**12))
+
+        def raw_step(env=raw_env, actions=actions, calls=calls, it=it) -> None:
+            env.step(actions[next(it) % calls])
+
+        cases = {"raw": (raw_step, None), "actor": (actor.step, blas), "actor_blas_default": (actor.step, 0)}
+        rates: dict[str, list[float]] = {k: [] for k in cases}
+        for _ in range(rounds):
+            for key, (fn, threads) in cases.items():
+                pinned = bool(threads) and set_blas_threads(threads)
+                rates[key].append(_timed(fn, calls)[0] * n)
+                if pinned:
+                    set_blas_threads(os.cpu_count() or 1)
+        raw_env.close()
+        actor.env.close()
+        rows.append(
+            {
+                "num_envs": n,
+                "cell": config.network.cell,
+                "units": config.network.units,
+                "raw_env_steps_per_s": median(rates["raw"]),
+                "actor_env_steps_per_s": median(rates["actor"]),
+                "actor_blas_default_env_steps_per_s": median(rates["actor_blas_default"]),
+                "blas_threads": blas,
+                "pct_of_raw": 100 * median(rates["actor"]) / median(rates["raw"]),
+                "load_1min": load_1min(),
+            }
+        )
+    return rows

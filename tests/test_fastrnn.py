@@ -1,0 +1,118 @@
+"""The fused kernels (agents/fastrnn.py) equal the reference tf.scan path in values and gradients."""
+
+from __future__ import annotations
+
+import contextlib
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents import cells
+from agents.networks import NetworkConfig, RecurrentNetwork
+from agents.rdqn import RDQNConfig, RDQNLearner
+
+B, T, F, A = 3, 7, 5, 4
+
+
+@contextlib.contextmanager
+def reference_path():
+    """Trace the enclosed unrolls with the reference tf.scan path."""
+    cells.FAST = False
+    try:
+        yield
+    finally:
+        cells.FAST = True
+
+
+def _case(cell: str, seed: int = 0):
+    net = RecurrentNetwork(NetworkConfig(cell=cell, units=6, pre_layers=[8], post_layers=[5]), F, A, name="q")
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(B, T, F)).astype(np.float32))
+    reset = np.zeros((B, T), np.float32)
+    reset[0, 0] = reset[1, 3] = reset[2, 6] = 1.0
+    state = tuple(tf.constant(rng.normal(size=(B, u)).astype(np.float32)) for u in net.state_sizes)
+    weights = tf.constant(rng.normal(size=(B, T, A)).astype(np.float32))
+    return net, x, tf.constant(reset), state, weights
+
+
+def _values_and_grads(net, x, reset, state, weights, compiled: bool) -> list[np.ndarray]:
+    def run(x, state):
+        with tf.GradientTape() as tape:
+            tape.watch([x, *state])
+            out, final = net.unroll(x, state, reset)
+            # Loss through the outputs and the final state, so every incoming gradient is non-zero.
+            loss = tf.reduce_sum(out * weights) + sum(tf.reduce_sum(s * s) for s in final)
+        grads = tape.gradient(loss, [*net.trainable_variables, x, *state])
+        return [out, *final, *grads]
+
+    fn = tf.function(run) if compiled else run
+    return [np.asarray(v) for v in fn(x, state)]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_fused_equals_reference_in_values_and_gradients(cell: str, compiled: bool) -> None:
+    net, x, reset, state, weights = _case(cell)
+    assert net.core._fast_ok(x)
+    fast = _values_and_grads(net, x, reset, state, weights, compiled)
+    with reference_path():
+        ref = _values_and_grads(net, x, reset, state, weights, compiled)
+    assert len(fast) == len(ref) == 2 + 2 * len(state) + len(net.trainable_variables)
+    for a, b in zip(fast, ref, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
+
+
+def test_fallbacks_use_the_reference_path() -> None:
+    """Cells without a fused kernel, and unknown sequence lengths, take the tf.scan path."""
+    for cell, reset_after in (("lstm_peephole", True), ("gru", False), ("mlp", True)):
+        net = RecurrentNetwork(NetworkConfig(cell=cell, units=4, reset_after=reset_after), F, A, name="q")
+        assert not net.core._fast_ok(tf.zeros([B, T, 8]))
+    net = RecurrentNetwork(NetworkConfig(cell="lstm", units=4, pre_layers=[]), F, A, name="q")
+    assert not net.core._fast_ok(tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F]))
+
+    @tf.function(input_signature=[tf.TensorSpec([B, None, F])])
+    def dynamic(x):
+        assert not net.core._fast_ok(x)
+        out, _ = net.unroll(x, net.initial_state(B), tf.zeros(tf.shape(x)[:2]))
+        return out
+
+    assert dynamic(tf.zeros([B, T, F])).shape == (B, T, A)
+
+
+def _learner_after_updates(updates: int) -> tuple[list[np.ndarray], dict]:
+    keras.utils.set_random_seed(3)
+    learner = RDQNLearner(
+        RDQNConfig(batch_size=4, n_step=2), NetworkConfig(cell="lstm", units=8, pre_layers=[8]), 3, 2, 2, 5
+    )
+    rng = np.random.default_rng(0)
+    b, length = 4, learner.seq_len
+    first = np.zeros((b, length), np.float32)
+    first[1, 4] = 1.0
+    batch = {
+        "obs": rng.normal(size=(b, length, 3)).astype(np.float32),
+        "action": rng.integers(0, 2, (b, length)).astype(np.int32),
+        "state": rng.normal(size=(b, learner.state_dim)).astype(np.float32) * 0.1,
+        "reward": rng.normal(size=(b, length)).astype(np.float32),
+        "terminated": np.zeros((b, length), np.float32),
+        "truncated": np.zeros((b, length), np.float32),
+        "first": first,
+        "valid": np.ones((b, length), np.float32),
+    }
+    for _ in range(updates):
+        metrics = learner.step(batch)
+    variables = learner.online_q.trainable_variables + learner.target_q.trainable_variables
+    return [np.asarray(v) for v in variables], metrics
+
+
+def test_learner_updates_match_reference_path() -> None:
+    """Three rdqn updates (burn-in, resets, double Q, target EMA) land on the same weights."""
+    fast_weights, fast_metrics = _learner_after_updates(3)
+    with reference_path():
+        ref_weights, ref_metrics = _learner_after_updates(3)
+    for a, b in zip(fast_weights, ref_weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    for key in ("loss", "q_mean", "grad_norm", "td_error"):
+        np.testing.assert_allclose(fast_metrics[key], ref_metrics[key], rtol=1e-4, atol=1e-5)
