@@ -9,14 +9,19 @@ state: the memoryless baseline.
 Two implementations share those weights:
 
 * :meth:`RecurrentCore.unroll` (TF, for the learner): the input projection of all time steps is one
-  large matmul, then the recurrence runs under ``tf.scan`` with the state zeroed wherever ``reset``
-  marks an episode start, so a sampled sequence never carries memory across episodes.
+  large matmul, then the recurrence runs with the state zeroed wherever ``reset`` marks an episode
+  start, so a sampled sequence never carries memory across episodes. For ``lstm`` and ``gru``
+  (``reset_after``) with a static sequence length the recurrence is a fused kernel with a
+  hand-written gradient (:mod:`agents.fastrnn`, about 1.2-1.35x less CPU per learner update here);
+  otherwise, or with ``FAST = False``, it is the reference ``tf.scan`` over :meth:`_recur` with
+  autodiff. Both give the same values and gradients to float32 round-off (tests/test_fastrnn.py).
 * :func:`numpy_core_step` (numpy, for the actor): one step for a batch of envs with no framework
   dispatch, about 30 us for 8 envs and 128 units.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import keras
@@ -27,10 +32,11 @@ from agents import fastrnn
 
 CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
 # Use the fused kernels of agents/fastrnn.py where they apply (static length, lstm or gru with
-# reset_after); False forces the reference tf.scan path everywhere (tests compare the two).
+# reset_after). Read when a unroll is traced; False forces the reference tf.scan path (tests and
+# scripts/benchmark.py compare the two).
 FAST = True
-# Longer static sequences fall back to tf.scan: the fused kernels unroll every step into the graph.
-MAX_STATIC_STEPS = 512
+# Longer sequences take tf.scan: the fused kernels put every step in the graph (trace time grows).
+MAX_STATIC_STEPS = 256
 State = tuple[tf.Tensor, ...]
 
 
@@ -177,6 +183,14 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * x) + 1.0)  # overflow-free and as fast as exp
 
 
+@functools.lru_cache(maxsize=16)
+def _lstm_gate_scale(units: int) -> np.ndarray:
+    """``[4U]``: 1/2 on the sigmoid gates (i, f, o), 1 on the cell input (c), for one tanh over all."""
+    scale = np.full(4 * units, 0.5, np.float32)
+    scale[2 * units : 3 * units] = 1.0
+    return scale
+
+
 def numpy_core_step(
     cell: str,
     w: Mapping[str, np.ndarray],
@@ -184,36 +198,52 @@ def numpy_core_step(
     state: tuple[np.ndarray, ...],
     reset_after: bool = True,
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """One step of the core in numpy: ``x`` ``[B, F]``, state tuple of ``[B, U]`` -> (``[B, U]``, state)."""
+    """One step of the core in numpy: ``x`` ``[B, F]``, state tuple of ``[B, U]`` -> (``[B, U]``, state).
+
+    Written for few numpy calls (each costs microseconds at acting batch sizes): in-place updates
+    and one ``tanh`` over all LSTM gates, with ``sigmoid(a) = (1 + tanh(a / 2)) / 2``.
+    """
     if cell == "mlp":
         return np.maximum(x @ w["kernel"] + w["bias"], 0.0), ()
     if cell == "gru":
-        (h,) = state
-        rk = w["recurrent_kernel"]
-        u = h.shape[1]
-        if reset_after:
-            xp = x @ w["kernel"] + w["bias"][0]
-            rec = h @ rk + w["bias"][1]
-            z = _sigmoid(xp[:, :u] + rec[:, :u])
-            r = _sigmoid(xp[:, u : 2 * u] + rec[:, u : 2 * u])
-            hh = np.tanh(xp[:, 2 * u :] + r * rec[:, 2 * u :])
-        else:
-            xp = x @ w["kernel"] + w["bias"]
-            rec = h @ rk[:, : 2 * u]
-            z = _sigmoid(xp[:, :u] + rec[:, :u])
-            r = _sigmoid(xp[:, u : 2 * u] + rec[:, u:])
-            hh = np.tanh(xp[:, 2 * u :] + (r * h) @ rk[:, 2 * u :])
-        h = z * h + (1.0 - z) * hh
-        return h, (h,)
+        return _numpy_gru_step(w, x, state[0], reset_after)
     h, c = state
     u = h.shape[1]
-    z = x @ w["kernel"] + h @ w["recurrent_kernel"] + w["bias"]
-    z_i, z_f, z_c, z_o = z[:, :u], z[:, u : 2 * u], z[:, 2 * u : 3 * u], z[:, 3 * u :]
+    z = x @ w["kernel"]
+    z += h @ w["recurrent_kernel"]
+    z += w["bias"]
     if cell == "lstm_peephole":
-        z_i = z_i + w["peephole_i"] * c
-        z_f = z_f + w["peephole_f"] * c
-    c = _sigmoid(z_f) * c + _sigmoid(z_i) * np.tanh(z_c)
-    if cell == "lstm_peephole":
-        z_o = z_o + w["peephole_o"] * c
-    h = _sigmoid(z_o) * np.tanh(c)
+        z_i, z_f, z_c, z_o = z[:, :u], z[:, u : 2 * u], z[:, 2 * u : 3 * u], z[:, 3 * u :]
+        c = _sigmoid(z_f + w["peephole_f"] * c) * c + _sigmoid(z_i + w["peephole_i"] * c) * np.tanh(z_c)
+        h = _sigmoid(z_o + w["peephole_o"] * c) * np.tanh(c)
+        return h, (h, c)
+    z *= _lstm_gate_scale(u)
+    np.tanh(z, out=z)
+    g = z[:, 2 * u : 3 * u].copy()
+    z *= 0.5
+    z += 0.5  # i, f, o are now sigmoids (the c block is overwritten; g holds it)
+    c = z[:, u : 2 * u] * c
+    c += z[:, :u] * g
+    h = z[:, 3 * u :] * np.tanh(c)
     return h, (h, c)
+
+
+def _numpy_gru_step(
+    w: Mapping[str, np.ndarray], x: np.ndarray, h: np.ndarray, reset_after: bool
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    u = h.shape[1]
+    rk = w["recurrent_kernel"]
+    if reset_after:
+        xp = x @ w["kernel"]
+        xp += w["bias"][0]
+        rec = h @ rk
+        rec += w["bias"][1]
+        zr = _sigmoid(xp[:, : 2 * u] + rec[:, : 2 * u])
+        hh = np.tanh(xp[:, 2 * u :] + zr[:, u:] * rec[:, 2 * u :])
+    else:
+        xp = x @ w["kernel"]
+        xp += w["bias"]
+        zr = _sigmoid(xp[:, : 2 * u] + h @ rk[:, : 2 * u])
+        hh = np.tanh(xp[:, 2 * u :] + (zr[:, u:] * h) @ rk[:, 2 * u :])
+    h = hh + zr[:, :u] * (h - hh)  # z h + (1 - z) hh
+    return h, (h,)

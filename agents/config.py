@@ -30,7 +30,7 @@ class TrainConfig:
     # Env steps of random-policy... (epsilon schedule still applies) collected before learning.
     learning_starts: int = 1_000
     # Learner updates per env step (fractional: 0.25 = one update every 4 env steps).
-    updates_per_step: float = 0.25
+    updates_per_step: float = 0.5
     # Learner metrics are averaged and written every this many updates.
     log_every_updates: int = 50
     # Env steps between checkpoints (a final one is always written).

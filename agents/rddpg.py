@@ -40,7 +40,7 @@ class RDDPGConfig:
     # Discount factor, in [0, 1].
     gamma: float = 0.99
     # Steps of lookahead in the TD target (>= 1).
-    n_step: int = 1
+    n_step: int = 2
     # Adam learning rate of actor and critic, unless actor_lr / critic_lr set their own.
     lr: float = 1e-3
     # Actor learning rate (null: agent.lr).
@@ -50,7 +50,7 @@ class RDDPGConfig:
     # Sequences per update.
     batch_size: int = 64
     # EMA rate of every target network, in (0, 1]; 1 with a period gives hard copies.
-    tau: float = 0.005
+    tau: float = 0.01
     # Optimiser steps between target updates.
     target_update_period: int = 1
     # Global gradient-norm clip, applied to actor and critic gradients separately.

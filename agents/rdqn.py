@@ -20,7 +20,7 @@ class RDQNConfig:
     # Agent family; selects the learner.
     kind: str = "rdqn"
     # Discount factor, in [0, 1].
-    gamma: float = 0.99
+    gamma: float = 0.98
     # Steps of lookahead in the TD target (>= 1).
     n_step: int = 3
     # Adam learning rate.
@@ -28,7 +28,7 @@ class RDQNConfig:
     # Sequences per update.
     batch_size: int = 32
     # EMA rate of the target network, in (0, 1]; 1 with a period gives hard copies.
-    tau: float = 0.01
+    tau: float = 0.005
     # Optimiser steps between target updates.
     target_update_period: int = 1
     # Double DQN: the online network picks the bootstrap action, the target scores it.

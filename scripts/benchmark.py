@@ -234,17 +234,18 @@ def _fmt(x, spec: str = ".1f") -> str:
 
 def format_learner(rows: list[dict], header: bool = True) -> str:
     head = (
-        f"{'agent':6} {'cell':5} {'U':>4} {'B':>3} {'GFLOP':>6} {'upd/s':>7} {'GEMM GF/s':>9} {'eff%':>5} "
-        f"{'ref upd/s':>9} {'x ref':>6} {'keras/s':>8} {'x keras':>7} {'load':>5}"
+        f"{'agent':6} {'cell':5} {'U':>4} {'B':>3} {'GFLOP':>6} {'upd/s':>6} {'GEMM':>6} {'eff%':>5} "
+        f"{'cpu ms':>6} {'ref/s':>6} {'x ref':>5} {'ref ms':>6} {'keras/s':>7} {'x keras':>7} {'load':>4}"
     )
     lines = [head] if header else []
     for r in rows:
         lines.append(
             f"{r['agent']:6} {r['cell']:5} {r['units']:>4} {r['batch_size']:>3} "
-            f"{r['flops_per_update'] / 1e9:>6.2f} {r['updates_per_s']:>7.1f} {r['gemm_gflops']:>9.1f} "
-            f"{r['efficiency_pct']:>5.1f} {_fmt(r['reference_updates_per_s']):>9} "
-            f"{_fmt(r['speedup_vs_reference'], '.2f'):>6} {_fmt(r['keras_updates_per_s']):>8} "
-            f"{_fmt(r['speedup_vs_keras'], '.2f'):>7} {r['load_1min']:>5.1f}"
+            f"{r['flops_per_update'] / 1e9:>6.2f} {r['updates_per_s']:>6.1f} {r['gemm_gflops']:>6.1f} "
+            f"{r['efficiency_pct']:>5.1f} {r['cpu_ms_per_update']:>6.1f} "
+            f"{_fmt(r['reference_updates_per_s']):>6} {_fmt(r['speedup_vs_reference'], '.2f'):>5} "
+            f"{_fmt(r['reference_cpu_ms_per_update']):>6} {_fmt(r['keras_updates_per_s']):>7} "
+            f"{_fmt(r['speedup_vs_keras'], '.2f'):>7} {r['load_1min']:>4.1f}"
         )
     return "\n".join(lines)
 
@@ -252,11 +253,13 @@ def format_learner(rows: list[dict], header: bool = True) -> str:
 def format_table(result: dict) -> str:
     """The whole result as plain-text tables."""
     m, g = result["machine"], result["gemm"]
+    load = f"load {m['load_start'][0]:.1f} -> {m['load_end'][0]:.1f}"
     out = [
-        f"machine: {m['cpu']}, {m['cores']} cores, TF {m['tensorflow']}, load {m['load_start'][0]:.1f} -> "
-        f"{m['load_end'][0]:.1f}; GEMM {g['size']}^3 fp32: {g['gflops_start']:.1f} -> {g['gflops_end']:.1f} GFLOP/s",
+        f"machine: {m['cpu']}, {m['cores']} cores, TF {m['tensorflow']}, {load}; "
+        f"GEMM {g['size']}^3 fp32: {g['gflops_start']:.1f} -> {g['gflops_end']:.1f} GFLOP/s",
         "",
-        "learner (updates/s; eff% = FLOPs x upd/s / same-run GEMM rate; x ref = vs tf.scan path)",
+        "learner: upd/s; GEMM = same-run fp32 GFLOP/s; eff% = GFLOP x upd/s / GEMM; cpu ms = process CPU",
+        "time per update; ref = the tf.scan reference path, keras = stock Keras LSTM/GRU step (same run)",
         format_learner(result["learner"]),
         "",
     ]
@@ -270,19 +273,21 @@ def format_table(result: dict) -> str:
         f"acting ({result['acting'][0]['cell']}-{result['acting'][0]['units']} numpy policy + replay)",
     ]
     out.append(
-        f"{'envs':>4} {'raw steps/s':>12} {'actor steps/s':>13} {'% of raw':>8} {'BLAS default':>12} {'load':>5}"
+        f"{'envs':>4} {'raw steps/s':>12} {'actor steps/s':>13} {'% of raw':>8} {'BLAS dflt':>9} {'load':>5}"
     )
     for r in result["acting"]:
         out.append(
             f"{r['num_envs']:>4} {r['raw_env_steps_per_s']:>12.0f} {r['actor_env_steps_per_s']:>13.0f} "
-            f"{r['pct_of_raw']:>8.1f} {r['actor_blas_default_env_steps_per_s']:>12.0f} {r['load_1min']:>5.1f}"
+            f"{r['pct_of_raw']:>8.1f} {r['actor_blas_default_env_steps_per_s']:>9.0f} {r['load_1min']:>5.1f}"
         )
     if result["learning"]:
-        out += ["", "learning (median over seeds that reached the threshold)"]
+        out += ["", "learning (median over seeds; unreached counts as infinite)"]
         for name, res in result["learning"].items():
+            steps = _fmt(res["median_env_steps_to_threshold"], ".0f")
+            wall = _fmt(res["median_wall_s_to_threshold"])
             out.append(
-                f"{name}: {res['reached']}/{len(res['seeds'])} reached {res['threshold']}; env steps "
-                f"{_fmt(res['median_env_steps_to_threshold'], '.0f')}, wall {_fmt(res['median_wall_s_to_threshold'])} s"
+                f"{name}: {res['reached']}/{len(res['seeds'])} seeds reached {res['threshold']:g}; median "
+                f"env steps {steps}, wall {wall} s; median final return {res['median_final_return']:.1f}"
             )
     out += [f"note: {n}" for n in result["notes"]]
     return "\n".join(out)

@@ -2,27 +2,21 @@
 
 Each preset is a list of overrides of ``conf/config.yaml`` plus a return threshold; every seed is a
 full :func:`agents.loop.train` run. A run reaches the threshold at its first greedy evaluation
-whose mean return is at least the threshold; we report the env steps and wall time of that
-evaluation, the medians over the seeds that reached it, and the curves (CSV always; a PNG when
-matplotlib is installed: ``pip install -e .[bench]``).
+whose mean return is at least the threshold (:func:`scripts.summarize.summarize_run`); we report
+the env steps and wall time of that evaluation per run, their medians over seeds, and the curves
+(CSV always; a PNG when matplotlib is installed: ``pip install -e .[bench]``).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 from agents.config import Config
-
-
-def first_reach(evaluations: list[dict], threshold: float) -> dict | None:
-    """The first evaluation row with ``eval_return_mean >= threshold`` (None if never)."""
-    for row in evaluations:
-        if row["eval_return_mean"] >= threshold:
-            return row
-    return None
+from scripts.summarize import summarize_run
 
 
 def run_learning(
@@ -32,7 +26,11 @@ def run_learning(
     out_dir: Path,
     extra_overrides: list[str],
 ) -> dict:
-    """Train every preset for every seed; returns per-run and per-preset results."""
+    """Train every preset for every seed; per-run results (scripts.summarize) and medians per preset.
+
+    As in :mod:`scripts.summarize`, a run that never reaches the threshold counts as infinitely
+    slow for the median; a median that is infinite is reported as ``None``.
+    """
     from agents.loop import train
 
     results: dict[str, dict] = {}
@@ -42,38 +40,24 @@ def run_learning(
             config = compose([*preset["overrides"], *extra_overrides, f"seed={seed}"])
             config.train.progress_bar = False
             config.run_dir = str(out_dir / name / f"seed{seed}")
-            summary = train(config)
-            hit = first_reach(summary["evaluations"], preset["threshold"])
-            runs.append(
-                {
-                    "seed": seed,
-                    "reached": hit is not None,
-                    "env_steps_to_threshold": hit["env_steps"] if hit else None,
-                    "wall_s_to_threshold": hit["wall_time_s"] if hit else None,
-                    "final_eval_return_mean": summary["final_eval_return_mean"],
-                    "wall_time_s": summary["wall_time_s"],
-                    "env_steps": summary["env_steps"],
-                    "curve": [
-                        [e["env_steps"], e["wall_time_s"], e["eval_return_mean"]]
-                        for e in summary["evaluations"]
-                    ],
-                }
-            )
-        reached = [r for r in runs if r["reached"]]
+            train(config)
+            runs.append(summarize_run(Path(config.run_dir) / "progress.csv", preset["threshold"]))
         results[name] = {
             "overrides": list(preset["overrides"]),
             "threshold": preset["threshold"],
             "seeds": list(seeds),
-            "reached": len(reached),
-            "median_env_steps_to_threshold": _median([r["env_steps_to_threshold"] for r in reached]),
-            "median_wall_s_to_threshold": _median([r["wall_s_to_threshold"] for r in reached]),
+            "reached": sum(r["steps_to_threshold"] is not None for r in runs),
+            "median_env_steps_to_threshold": _median([r["steps_to_threshold"] for r in runs]),
+            "median_wall_s_to_threshold": _median([r["wall_to_threshold_s"] for r in runs]),
+            "median_final_return": statistics.median(r["final"] for r in runs),
             "runs": runs,
         }
     return results
 
 
-def _median(xs: list[float]) -> float | None:
-    return float(statistics.median(xs)) if xs else None
+def _median(xs: list[float | None]) -> float | None:
+    m = statistics.median(math.inf if x is None else x for x in xs)
+    return None if math.isinf(m) else float(m)
 
 
 def write_curves(results: dict, csv_path: Path, png_path: Path) -> str | None:
@@ -81,7 +65,7 @@ def write_curves(results: dict, csv_path: Path, png_path: Path) -> str | None:
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["preset", "seed", "env_steps", "wall_time_s", "eval_return_mean"])
+        writer.writerow(["preset", "seed", "env_steps", "eval_return_mean"])
         for name, res in results.items():
             for run in res["runs"]:
                 for point in run["curve"]:
@@ -98,7 +82,7 @@ def write_curves(results: dict, csv_path: Path, png_path: Path) -> str | None:
         color = f"C{i}"
         for j, run in enumerate(res["runs"]):
             steps = [p[0] for p in run["curve"]]
-            returns = [p[2] for p in run["curve"]]
+            returns = [p[1] for p in run["curve"]]
             ax.plot(steps, returns, color=color, alpha=0.6, lw=1.2, label=name if j == 0 else None)
         ax.axhline(res["threshold"], color=color, ls=":", lw=1)
     ax.set_xlabel("env steps")

@@ -197,7 +197,6 @@ def learner_row(
     """Updates/s of one learner shape, with GEMM rate (and reference paths) in interleaved rounds."""
     config, spec, learner, batch, compile_s = _build_learner(compose, overrides, True, seed)
     cases = {"fast": lambda: learner.step(batch)}
-    extra: dict = {}
     if compare:
         ref = _build_learner(compose, overrides, False, seed)
         cases["reference"] = lambda: ref[2].step(ref[3])
@@ -235,17 +234,18 @@ def learner_row(
         "reference_cpu_ms_per_update": None,
         "speedup_vs_reference": None,
         "keras_updates_per_s": None,
+        "keras_cpu_ms_per_update": None,
         "speedup_vs_keras": None,
         "load_1min": load_1min(),
-        **extra,
     }
     for key in ("reference", "keras"):
         if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
             row[f"speedup_vs_{key}"] = ups / median(rates[key])
-    if "reference" in cpu:
-        row["reference_cpu_ms_per_update"] = median(cpu["reference"])
-    del learner, cases
+    for key in ("reference", "keras"):
+        if key in cpu:
+            row[f"{key}_cpu_ms_per_update"] = median(cpu[key])
+    cases.clear()  # drop the learners (and their traced graphs) before the next row
     gc.collect()
     return row
 
@@ -283,19 +283,29 @@ def target_update_times(compose: Compose, overrides: list[str], rounds: int, cal
     }
 
 
-def set_blas_threads(n: int) -> bool:
-    """Pin numpy's bundled OpenBLAS to ``n`` threads (ctypes; False if the library is not found)."""
-    import ctypes
-    import glob
+class Blas:
+    """Thread count of numpy's bundled OpenBLAS, through ctypes (a no-op if it is not found)."""
 
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*.so*"))
-    for path in libs:
-        lib = ctypes.CDLL(path)
-        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"):
-            if hasattr(lib, name):
-                getattr(lib, name)(ctypes.c_int(int(n)))
-                return True
-    return False
+    def __init__(self) -> None:
+        import ctypes
+        import glob
+
+        self.get = self.set = None
+        pattern = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*.so*")
+        for path in glob.glob(pattern):
+            lib = ctypes.CDLL(path)
+            for suffix in ("64_", "_64_"):
+                if hasattr(lib, f"scipy_openblas_set_num_threads{suffix}"):
+                    self.get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}")
+                    self.set = getattr(lib, f"scipy_openblas_set_num_threads{suffix}")
+                    return
+
+    def threads(self) -> int | None:
+        return int(self.get()) if self.get else None
+
+    def pin(self, n: int | None) -> None:
+        if self.set and n:
+            self.set(int(n))
 
 
 def acting_rows(
@@ -306,6 +316,8 @@ def acting_rows(
     from agents.replay import SequenceReplay
     from envs import make_vec_env
 
+    lib = Blas()
+    found = lib.threads()
     config = compose(overrides)
     spec = describe_env(config.env)
     counters = Counters(env_steps=10**9)  # epsilon at its final value: the policy's greedy path runs
@@ -325,14 +337,17 @@ def acting_rows(
         def raw_step(env=raw_env, actions=actions, calls=calls, it=it) -> None:
             env.step(actions[next(it) % calls])
 
-        cases = {"raw": (raw_step, None), "actor": (actor.step, blas), "actor_blas_default": (actor.step, 0)}
+        cases = {
+            "raw": (raw_step, found),
+            "actor": (actor.step, blas or found),
+            "actor_blas_default": (actor.step, found),
+        }
         rates: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(rounds):
             for key, (fn, threads) in cases.items():
-                pinned = bool(threads) and set_blas_threads(threads)
+                lib.pin(threads)
                 rates[key].append(_timed(fn, calls)[0] * n)
-                if pinned:
-                    set_blas_threads(os.cpu_count() or 1)
+        lib.pin(found)
         raw_env.close()
         actor.env.close()
         rows.append(
@@ -343,7 +358,8 @@ def acting_rows(
                 "raw_env_steps_per_s": median(rates["raw"]),
                 "actor_env_steps_per_s": median(rates["actor"]),
                 "actor_blas_default_env_steps_per_s": median(rates["actor_blas_default"]),
-                "blas_threads": blas,
+                "blas_threads": blas or found,
+                "blas_threads_default": found,
                 "pct_of_raw": 100 * median(rates["actor"]) / median(rates["raw"]),
                 "load_1min": load_1min(),
             }

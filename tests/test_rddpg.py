@@ -229,7 +229,7 @@ def test_smoke_run_writes_metrics_checkpoint_and_resumes(tmp_path):
 
 def memory_config(tmp_path, cell: str) -> Config:
     return Config(
-        agent=RDDPGConfig(batch_size=32, gamma=0.5, tau=0.05, lr=3e-3, exploration_noise=0.3),
+        agent=RDDPGConfig(batch_size=32, n_step=1, gamma=0.5, tau=0.05, lr=3e-3, exploration_noise=0.3),
         env=EnvConfig(name="cue", id="recurrl/CueMemoryContinuous-v0", kwargs={"delay": 3}, num_envs=8),
         network=NetworkConfig(cell=cell, units=16, pre_layers=[16], post_layers=[16]),
         replay=ReplayConfig(capacity=20_000, burn_in=3, trace_length=4),

@@ -1,0 +1,112 @@
+"""The benchmark command runs in its tiny mode and writes every field; its FLOP count is by hand.
+
+Speed is never asserted here: only that each figure exists and is a finite positive number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LEARNER_KEYS = {
+    "agent", "env", "cell", "units", "batch_size", "burn_in", "trace_length", "seq_len",
+    "flops_per_update", "updates_per_s", "cpu_ms_per_update", "gemm_gflops", "achieved_gflops",
+    "efficiency_pct", "compile_s", "reference_updates_per_s", "reference_cpu_ms_per_update",
+    "speedup_vs_reference", "keras_updates_per_s", "keras_cpu_ms_per_update", "speedup_vs_keras", "load_1min",
+}  # fmt: skip
+ACTING_KEYS = {
+    "num_envs", "cell", "units", "raw_env_steps_per_s", "actor_env_steps_per_s",
+    "actor_blas_default_env_steps_per_s", "blas_threads", "blas_threads_default", "pct_of_raw", "load_1min",
+}  # fmt: skip
+TARGET_KEYS = {
+    "agent",
+    "cell",
+    "units",
+    "variables",
+    "fused_ms_per_call",
+    "eager_ms_per_call",
+    "speedup",
+    "load_1min",
+}
+PRESET_KEYS = {
+    "overrides", "threshold", "seeds", "reached", "median_env_steps_to_threshold",
+    "median_wall_s_to_threshold", "median_final_return", "runs",
+}  # fmt: skip
+
+
+def _positive(x) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "scripts.benchmark", f"hydra.run.dir={tmp_path / 'run'}", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_tiny_benchmark_writes_every_field(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = _run(tmp_path, "bench.tiny=true", "bench.learning=true", f"bench.output={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "learner: upd/s" in proc.stdout and f"wrote {out}" in proc.stdout
+    result = json.loads(out.read_text())
+    assert set(result) >= {
+        "machine",
+        "config",
+        "notes",
+        "gemm",
+        "learner",
+        "target_update",
+        "acting",
+        "learning",
+    }
+    assert _positive(result["gemm"]["gflops_start"]) and _positive(result["gemm"]["gflops_end"])
+    assert {r["agent"] for r in result["learner"]} == {"rdqn", "rddpg"}
+    for row in result["learner"]:
+        assert set(row) == LEARNER_KEYS
+        for key in (
+            "flops_per_update",
+            "updates_per_s",
+            "gemm_gflops",
+            "efficiency_pct",
+            "speedup_vs_reference",
+        ):
+            assert _positive(row[key]), (key, row)
+        assert (row["keras_updates_per_s"] is not None) == (row["agent"] == "rdqn")
+    assert set(result["target_update"]) == TARGET_KEYS
+    assert _positive(result["target_update"]["fused_ms_per_call"])
+    assert [r["num_envs"] for r in result["acting"]] == [1, 2]
+    for row in result["acting"]:
+        assert set(row) == ACTING_KEYS
+        assert _positive(row["raw_env_steps_per_s"]) and _positive(row["actor_env_steps_per_s"])
+    for name in ("rdqn_cartpole_p", "rdqn_cartpole_p_mlp"):
+        preset = result["learning"][name]
+        assert set(preset) == PRESET_KEYS and len(preset["runs"]) == 1
+        assert preset["runs"][0]["curve"], preset
+    assert Path(result["learning_curves"]["csv"]).is_file()
+
+
+def test_typo_in_benchmark_config_fails_before_running(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "bench.learnr.rounds=1")
+    assert proc.returncode != 0
+    assert "learnr" in proc.stderr
+
+
+def test_update_flops_match_a_hand_count() -> None:
+    """rdqn, lstm 4 units, pre [3], 2 obs, 2 actions, B=2, burn_in 1, trace 2, n_step 1 (L = 4)."""
+    from agents.networks import NetworkConfig
+    from agents.rdqn import RDQNConfig, RDQNLearner
+    from scripts.measure import update_flops
+
+    network = NetworkConfig(cell="lstm", units=4, pre_layers=[3])
+    learner = RDQNLearner(RDQNConfig(batch_size=2, n_step=1), network, 2, 2, burn_in=1, trace_length=2)
+    per_step = 2 * 2 * 3 + 2 * (3 + 4) * 16 + 2 * 4 * 2  # pre, lstm core, head
+    steps = 4 + 4 + 2 * 3  # target over L, online over L, backward (2x) over the 3 rows after burn-in
+    assert update_flops(learner, 2) == 2 * per_step * steps
