@@ -14,8 +14,9 @@ caller, differentiated by autodiff). ``keep`` is ``1 - reset``: the state is zer
 that starts an episode. Outputs are batch-major ``[B, T, U]``. Loops are unrolled statically (the
 learner's sequence lengths are fixed by its input signature), so the graph has no loop-control ops
 and the executor overlaps independent work (e.g. the target and online unrolls) on both cores. The
-per-step gradient factors are built in the forward pass off the sequential chain; when no gradient
-is requested (target network, burn-in) they have no consumer and TF prunes them.
+per-step gradient factors are built in the forward pass off the sequential chain; inside a
+``tf.function`` that takes no gradient of an unroll (target network, burn-in) they have no consumer
+and TF prunes them.
 
 Both kernels equal the reference recurrence (:meth:`agents.cells.RecurrentCore._unroll_scan`,
 ``tf.scan`` plus autodiff) to float32 round-off in outputs and gradients (tests/test_fastrnn.py).

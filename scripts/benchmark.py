@@ -1,6 +1,7 @@
 """Speed (and optional learning) figures of this machine: ``python -m scripts.benchmark [bench.key=value]``.
 
-Prints a table and writes JSON (``bench.output``, default ``bench/benchmark.json``):
+Prints a table and writes JSON (``bench.output``, default ``bench/benchmark.json``) plus the same
+tables in Markdown beside it (``.md``):
 
 * learner updates/s at the canonical shapes (rdqn on cartpole_p, rddpg on pendulum_p; B, cell and
   units from ``bench.learner.*``), each next to the same-run fp32 GEMM rate, giving the FLOP
@@ -11,7 +12,9 @@ Prints a table and writes JSON (``bench.output``, default ``bench/benchmark.json
 * with ``bench.learning=true``: time-to-threshold runs over seeds and a learning-curve PNG.
 
 ``bench.tiny=true`` shrinks every shape and count so the whole thing runs in seconds (tests).
-Methods and formulas: scripts/measure.py; the figures of this machine: docs/performance.md.
+Methods and formulas: scripts/measure.py (learner, target update), scripts/measure_acting.py,
+scripts/learning_curves.py; tables: scripts/bench_report.py; this machine's figures:
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 import scripts.train  # noqa: E402, F401  (registers the run-config schemas that compose() needs)
+from scripts.bench_report import format_learner, format_markdown, format_table  # noqa: E402
 
 
 @dataclass
@@ -53,6 +57,8 @@ class LearnerBench:
     updates_per_round: int = 5
     # Also time the reference tf.scan path and a stock Keras step: all | canonical (units 128, B 32) | none.
     compare: str = "canonical"
+    # First, one row at the default training shapes (conf/config.yaml as is), compared like canonical.
+    default_row: bool = True
 
 
 @dataclass
@@ -113,24 +119,23 @@ def shrink(b: BenchConfig) -> list[str]:
     a = b.acting
     a.units, a.num_envs, a.env_steps, a.rounds = 8, [1, 2], 40, 2
     b.curves.seeds = b.curves.seeds[:1]
-    return ["network.pre_layers=[8]", "replay.capacity=2000"]
+    return ["network.pre_layers=[8]", "replay.capacity=2000", *TINY_SHAPES]
 
 
+TINY_SHAPES = ["agent.batch_size=4", "network.units=8", "replay.burn_in=2", "replay.trace_length=4"]
 TINY_TRAIN = [
     "train.total_env_steps=200",
     "train.learning_starts=50",
     "eval.every_env_steps=100",
     "eval.episodes=2",
-    "agent.batch_size=4",
-    "network.units=8",
-    "replay.burn_in=2",
-    "replay.trace_length=4",
+    *TINY_SHAPES,
 ]
 
 
 def run_benchmark(b: BenchConfig, compose, run_dir: Path) -> dict:
     """Every measurement of ``b``; returns the JSON-ready result."""
     from scripts import measure
+    from scripts.measure_acting import acting_rows
 
     base = shrink(b) if b.tiny else []
     result: dict = {"machine": machine_info(), "config": dataclasses.asdict(b), "notes": []}
@@ -145,7 +150,7 @@ def run_benchmark(b: BenchConfig, compose, run_dir: Path) -> dict:
     )
     a = b.acting
     acting = [*base, f"env={a.env}", f"network.cell={a.cell}", f"network.units={a.units}"]
-    result["acting"] = measure.acting_rows(compose, acting, a.num_envs, a.env_steps, a.rounds, a.blas_threads)
+    result["acting"] = acting_rows(compose, acting, a.num_envs, a.env_steps, a.rounds, a.blas_threads)
     result["gemm"]["gflops_end"] = measure.median([gemm.sample() for _ in range(3)])
     result["learning"] = None
     if b.learning:
@@ -177,6 +182,9 @@ def learner_rows(b: BenchConfig, compose, base: list[str], gemm, notes: list[str
         except ImportError as exc:
             kinds.remove("rddpg")
             notes.append(f"rddpg rows skipped: agents.rddpg not importable ({exc})")
+    grid = []
+    if lb.default_row:
+        grid.append(("default", [*base], lb.compare != "none"))
     for agent in kinds:
         for cell in lb.cells:
             for units in lb.units:
@@ -194,11 +202,11 @@ def learner_rows(b: BenchConfig, compose, base: list[str], gemm, notes: list[str
                     compare = lb.compare == "all" or (
                         lb.compare == "canonical" and units == lb.units[0] and batch == lb.batch_sizes[0]
                     )
-                    row = measure.learner_row(
-                        compose, overrides, gemm, lb.rounds, lb.updates_per_round, compare, seed=0
-                    )
-                    rows.append(row)
-                    print(format_learner([row], header=not rows[:-1]), flush=True)
+                    grid.append(("grid", overrides, compare))
+    for label, overrides, compare in grid:
+        row = measure.learner_row(compose, overrides, gemm, lb.rounds, lb.updates_per_round, compare, seed=0)
+        rows.append({"shapes": label, **row})
+        print(format_learner(rows[-1:], header=len(rows) == 1), flush=True)
     return rows
 
 
@@ -228,69 +236,20 @@ def machine_info() -> dict:
     }
 
 
-def _fmt(x, spec: str = ".1f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def format_learner(rows: list[dict], header: bool = True) -> str:
-    head = (
-        f"{'agent':6} {'cell':5} {'U':>4} {'B':>3} {'GFLOP':>6} {'upd/s':>6} {'GEMM':>6} {'eff%':>5} "
-        f"{'cpu ms':>6} {'ref/s':>6} {'x ref':>5} {'ref ms':>6} {'keras/s':>7} {'x keras':>7} {'load':>4}"
-    )
-    lines = [head] if header else []
-    for r in rows:
-        lines.append(
-            f"{r['agent']:6} {r['cell']:5} {r['units']:>4} {r['batch_size']:>3} "
-            f"{r['flops_per_update'] / 1e9:>6.2f} {r['updates_per_s']:>6.1f} {r['gemm_gflops']:>6.1f} "
-            f"{r['efficiency_pct']:>5.1f} {r['cpu_ms_per_update']:>6.1f} "
-            f"{_fmt(r['reference_updates_per_s']):>6} {_fmt(r['speedup_vs_reference'], '.2f'):>5} "
-            f"{_fmt(r['reference_cpu_ms_per_update']):>6} {_fmt(r['keras_updates_per_s']):>7} "
-            f"{_fmt(r['speedup_vs_keras'], '.2f'):>7} {r['load_1min']:>4.1f}"
-        )
-    return "\n".join(lines)
-
-
-def format_table(result: dict) -> str:
-    """The whole result as plain-text tables."""
-    m, g = result["machine"], result["gemm"]
-    load = f"load {m['load_start'][0]:.1f} -> {m['load_end'][0]:.1f}"
-    out = [
-        f"machine: {m['cpu']}, {m['cores']} cores, TF {m['tensorflow']}, {load}; "
-        f"GEMM {g['size']}^3 fp32: {g['gflops_start']:.1f} -> {g['gflops_end']:.1f} GFLOP/s",
-        "",
-        "learner: upd/s; GEMM = same-run fp32 GFLOP/s; eff% = GFLOP x upd/s / GEMM; cpu ms = process CPU",
-        "time per update; ref = the tf.scan reference path, keras = stock Keras LSTM/GRU step (same run)",
-        format_learner(result["learner"]),
-        "",
-    ]
-    t = result["target_update"]
-    out.append(
-        f"target update ({t['variables']} variables): fused {t['fused_ms_per_call']:.3f} ms/call, "
-        f"per-variable eager {t['eager_ms_per_call']:.3f} ms/call ({t['speedup']:.1f}x)"
-    )
-    out += [
-        "",
-        f"acting ({result['acting'][0]['cell']}-{result['acting'][0]['units']} numpy policy + replay)",
-    ]
-    out.append(
-        f"{'envs':>4} {'raw steps/s':>12} {'actor steps/s':>13} {'% of raw':>8} {'BLAS dflt':>9} {'load':>5}"
-    )
-    for r in result["acting"]:
-        out.append(
-            f"{r['num_envs']:>4} {r['raw_env_steps_per_s']:>12.0f} {r['actor_env_steps_per_s']:>13.0f} "
-            f"{r['pct_of_raw']:>8.1f} {r['actor_blas_default_env_steps_per_s']:>9.0f} {r['load_1min']:>5.1f}"
-        )
-    if result["learning"]:
-        out += ["", "learning (median over seeds; unreached counts as infinite)"]
-        for name, res in result["learning"].items():
-            steps = _fmt(res["median_env_steps_to_threshold"], ".0f")
-            wall = _fmt(res["median_wall_s_to_threshold"])
-            out.append(
-                f"{name}: {res['reached']}/{len(res['seeds'])} seeds reached {res['threshold']:g}; median "
-                f"env steps {steps}, wall {wall} s; median final return {res['median_final_return']:.1f}"
-            )
-    out += [f"note: {n}" for n in result["notes"]]
-    return "\n".join(out)
+def invalid(b: BenchConfig) -> str | None:
+    """A one-line description of the first invalid setting, or None."""
+    lb = b.learner
+    if lb.compare not in ("all", "canonical", "none"):
+        return f"bench.learner.compare={lb.compare!r} is invalid: allowed all|canonical|none"
+    for key in ("cells", "units", "batch_sizes"):
+        if not getattr(lb, key):
+            return f"bench.learner.{key}=[] is invalid: give at least one value"
+    unknown = [a for a in lb.agents if a not in lb.envs]
+    if unknown:
+        return f"bench.learner.agents has {unknown[0]!r} without an env preset in bench.learner.envs"
+    if not b.acting.num_envs or min(b.acting.num_envs) < 1:
+        return f"bench.acting.num_envs={list(b.acting.num_envs)} is invalid: env counts >= 1"
+    return None
 
 
 def compose_run_config(overrides: list[str]):
@@ -308,16 +267,18 @@ def main(cfg: DictConfig) -> None:
     root = OmegaConf.to_object(cfg)
     assert isinstance(root, BenchmarkRoot)
     b = root.bench
-    if b.learner.compare not in ("all", "canonical", "none"):
-        print(f"error: bench.learner.compare={b.learner.compare!r} is invalid: allowed all|canonical|none")
+    problem = invalid(b)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     result = run_benchmark(b, compose_run_config, Path(HydraConfig.get().runtime.output_dir))
     out = Path(b.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(format_markdown(result))
     print()
     print(format_table(result))
-    print(f"\nwrote {out}")
+    print(f"\nwrote {out} and {out.with_suffix('.md')}")
 
 
 if __name__ == "__main__":

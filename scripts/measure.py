@@ -167,7 +167,7 @@ class KerasStep:
         return loss
 
 
-def _timed(fn: Callable[[], object], calls: int) -> tuple[float, float]:
+def timed(fn: Callable[[], object], calls: int) -> tuple[float, float]:
     """``calls`` calls of ``fn``: (calls per wall second, process CPU ms per call)."""
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
@@ -209,12 +209,31 @@ def learner_row(
     for _ in range(rounds):
         gflops.append(gemm.sample())
         for key, fn in cases.items():
-            rate, cpu_ms = _timed(fn, calls)
+            rate, cpu_ms = timed(fn, calls)
             rates[key].append(rate)
             cpu[key].append(cpu_ms)
-    flops = update_flops(learner, config.agent.batch_size)
-    ups, gemm_rate = median(rates["fast"]), median(gflops)
-    row = {
+    row = _learner_row(config, learner, compile_s, median(gflops))
+    ups = median(rates["fast"])
+    flops = row["flops_per_update"]
+    row.update(
+        updates_per_s=ups,
+        cpu_ms_per_update=median(cpu["fast"]),
+        achieved_gflops=flops * ups / 1e9,
+        efficiency_pct=100 * flops * ups / 1e9 / row["gemm_gflops"],
+    )
+    for key in ("reference", "keras"):
+        if key in rates:
+            row[f"{key}_updates_per_s"] = median(rates[key])
+            row[f"{key}_cpu_ms_per_update"] = median(cpu[key])
+            row[f"speedup_vs_{key}"] = ups / median(rates[key])
+    cases.clear()  # drop the learners (and their traced graphs) before the next row
+    gc.collect()
+    return row
+
+
+def _learner_row(config: Config, learner, compile_s: float, gemm_gflops: float) -> dict:
+    """A learner row's description; the rates are filled in by :func:`learner_row`."""
+    return {
         "agent": config.agent.kind,
         "env": config.env.name,
         "cell": config.network.cell,
@@ -223,12 +242,12 @@ def learner_row(
         "burn_in": learner.burn_in,
         "trace_length": learner.trace_length,
         "seq_len": learner.seq_len,
-        "flops_per_update": flops,
-        "updates_per_s": ups,
-        "cpu_ms_per_update": median(cpu["fast"]),
-        "gemm_gflops": gemm_rate,
-        "achieved_gflops": flops * ups / 1e9,
-        "efficiency_pct": 100 * flops * ups / 1e9 / gemm_rate,
+        "flops_per_update": update_flops(learner, config.agent.batch_size),
+        "updates_per_s": None,
+        "cpu_ms_per_update": None,
+        "gemm_gflops": gemm_gflops,
+        "achieved_gflops": None,
+        "efficiency_pct": None,
         "compile_s": compile_s,
         "reference_updates_per_s": None,
         "reference_cpu_ms_per_update": None,
@@ -238,16 +257,6 @@ def learner_row(
         "speedup_vs_keras": None,
         "load_1min": load_1min(),
     }
-    for key in ("reference", "keras"):
-        if key in rates:
-            row[f"{key}_updates_per_s"] = median(rates[key])
-            row[f"speedup_vs_{key}"] = ups / median(rates[key])
-    for key in ("reference", "keras"):
-        if key in cpu:
-            row[f"{key}_cpu_ms_per_update"] = median(cpu[key])
-    cases.clear()  # drop the learners (and their traced graphs) before the next row
-    gc.collect()
-    return row
 
 
 def target_update_times(compose: Compose, overrides: list[str], rounds: int, calls: int) -> dict:
@@ -268,7 +277,7 @@ def target_update_times(compose: Compose, overrides: list[str], rounds: int, cal
         fn()
     for _ in range(rounds):
         for key, fn in cases.items():
-            rate, _ = _timed(fn, calls)
+            rate, _ = timed(fn, calls)
             times[key].append(1e3 / rate)
     fused, eager_ms = median(times["fused"]), median(times["eager"])
     return {
@@ -281,87 +290,3 @@ def target_update_times(compose: Compose, overrides: list[str], rounds: int, cal
         "speedup": eager_ms / fused,
         "load_1min": load_1min(),
     }
-
-
-class Blas:
-    """Thread count of numpy's bundled OpenBLAS, through ctypes (a no-op if it is not found)."""
-
-    def __init__(self) -> None:
-        import ctypes
-        import glob
-
-        self.get = self.set = None
-        pattern = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*.so*")
-        for path in glob.glob(pattern):
-            lib = ctypes.CDLL(path)
-            for suffix in ("64_", "_64_"):
-                if hasattr(lib, f"scipy_openblas_set_num_threads{suffix}"):
-                    self.get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}")
-                    self.set = getattr(lib, f"scipy_openblas_set_num_threads{suffix}")
-                    return
-
-    def threads(self) -> int | None:
-        return int(self.get()) if self.get else None
-
-    def pin(self, n: int | None) -> None:
-        if self.set and n:
-            self.set(int(n))
-
-
-def acting_rows(
-    compose: Compose, overrides: list[str], num_envs: list[int], env_steps: int, rounds: int, blas: int
-) -> list[dict]:
-    """Env steps/s of Actor + EpsilonGreedy (numpy policy, writing replay) next to raw env stepping."""
-    from agents.actor import Actor
-    from agents.replay import SequenceReplay
-    from envs import make_vec_env
-
-    lib = Blas()
-    found = lib.threads()
-    config = compose(overrides)
-    spec = describe_env(config.env)
-    counters = Counters(env_steps=10**9)  # epsilon at its final value: the policy's greedy path runs
-    learner, policy = build_agent(config, spec, counters)
-    rows = []
-    for n in num_envs:
-        raw_env = make_vec_env(config.env, seed=1, num_envs=n)
-        raw_env.reset(seed=1)
-        replay = SequenceReplay(
-            n * max(4 * learner.seq_len, 1000), n, learner.seq_len, learner.replay_fields(), learner.state_dim
-        )
-        actor = Actor(make_vec_env(config.env, seed=2, num_envs=n), policy, replay, seed=2)
-        calls = max(env_steps // n, 10)
-        actions = np.random.default_rng(0).integers(0, spec.num_actions, (calls, n))
-        it = iter(range(10**12))
-
-        def raw_step(env=raw_env, actions=actions, calls=calls, it=it) -> None:
-            env.step(actions[next(it) % calls])
-
-        cases = {
-            "raw": (raw_step, found),
-            "actor": (actor.step, blas or found),
-            "actor_blas_default": (actor.step, found),
-        }
-        rates: dict[str, list[float]] = {k: [] for k in cases}
-        for _ in range(rounds):
-            for key, (fn, threads) in cases.items():
-                lib.pin(threads)
-                rates[key].append(_timed(fn, calls)[0] * n)
-        lib.pin(found)
-        raw_env.close()
-        actor.env.close()
-        rows.append(
-            {
-                "num_envs": n,
-                "cell": config.network.cell,
-                "units": config.network.units,
-                "raw_env_steps_per_s": median(rates["raw"]),
-                "actor_env_steps_per_s": median(rates["actor"]),
-                "actor_blas_default_env_steps_per_s": median(rates["actor_blas_default"]),
-                "blas_threads": blas or found,
-                "blas_threads_default": found,
-                "pct_of_raw": 100 * median(rates["actor"]) / median(rates["raw"]),
-                "load_1min": load_1min(),
-            }
-        )
-    return rows

@@ -11,6 +11,9 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The actor's numpy steps are small matmuls: a second BLAS thread only adds sync cost (measured:
+# 2.3k vs 41k env steps/s at 32 envs). TF's own kernels do not use OpenBLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import hydra  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 LEARNER_KEYS = {
+    "shapes",
     "agent", "env", "cell", "units", "batch_size", "burn_in", "trace_length", "seq_len",
     "flops_per_update", "updates_per_s", "cpu_ms_per_update", "gemm_gflops", "achieved_gflops",
     "efficiency_pct", "compile_s", "reference_updates_per_s", "reference_cpu_ms_per_update",
@@ -56,6 +57,7 @@ def test_tiny_benchmark_writes_every_field(tmp_path: Path) -> None:
     proc = _run(tmp_path, "bench.tiny=true", "bench.learning=true", f"bench.output={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "learner: upd/s" in proc.stdout and f"wrote {out}" in proc.stdout
+    assert "| rdqn | lstm |" in out.with_suffix(".md").read_text()
     result = json.loads(out.read_text())
     assert set(result) >= {
         "machine",
@@ -110,3 +112,15 @@ def test_update_flops_match_a_hand_count() -> None:
     per_step = 2 * 2 * 3 + 2 * (3 + 4) * 16 + 2 * 4 * 2  # pre, lstm core, head
     steps = 4 + 4 + 2 * 3  # target over L, online over L, backward (2x) over the 3 rows after burn-in
     assert update_flops(learner, 2) == 2 * per_step * steps
+
+
+def test_invalid_settings_are_one_line_errors() -> None:
+    from scripts.benchmark import BenchConfig, invalid
+
+    assert invalid(BenchConfig()) is None
+    bad = BenchConfig()
+    bad.learner.compare = "some"
+    assert "bench.learner.compare" in invalid(bad)
+    bad = BenchConfig()
+    bad.learner.units = []
+    assert "bench.learner.units" in invalid(bad)
