@@ -15,10 +15,14 @@ import numpy as np
 
 from agents.cells import CELLS
 from agents.networks import NetworkConfig
+from agents.rddpg import RDDPGConfig
 from agents.rdqn import RDQNConfig
 from agents.replay import ReplayConfig
 from envs.config import ConfigError, EnvConfig
 from envs.make import EnvSpec
+
+# Agent config schema by ``agent.kind`` (Hydra registers each as ``<kind>_schema``).
+AGENT_CONFIGS: dict[str, type] = {"rdqn": RDQNConfig, "rddpg": RDDPGConfig}
 
 
 @dataclass
@@ -203,12 +207,9 @@ def config_from_dict(data: dict) -> Config:
     from omegaconf import OmegaConf
 
     kind = data["agent"]["kind"]
-    if kind == "rdqn":
-        agent_cls = RDQNConfig
-    elif kind == "rddpg":
-        from agents.rddpg import RDDPGConfig as agent_cls
-    else:
-        raise ConfigError(f"agent.kind={kind!r} is invalid: allowed rdqn|rddpg")
+    if kind not in AGENT_CONFIGS:
+        raise ConfigError(f"agent.kind={kind!r} is invalid: allowed {'|'.join(AGENT_CONFIGS)}")
+    agent_cls = AGENT_CONFIGS[kind]
     schema = OmegaConf.structured(Config(agent=agent_cls()))
     merged = OmegaConf.merge(schema, data)
     return OmegaConf.to_object(merged)

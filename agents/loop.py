@@ -24,6 +24,7 @@ from agents.config import Config, validate, validate_for_env
 from agents.metrics import MetricsWriter
 from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
+from agents.rddpg import build_rddpg
 from agents.rdqn import RDQNLearner, epsilon_at
 from agents.replay import SequenceReplay
 from envs import describe_env, make_vec_env
@@ -61,8 +62,6 @@ def build_agent(config: Config, spec: EnvSpec, counters: Counters):
         )
         return learner, policy
     if config.agent.kind == "rddpg":
-        from agents.rddpg import build_rddpg
-
         return build_rddpg(config, spec, counters)
     raise ConfigError(f"agent.kind={config.agent.kind!r} is invalid: allowed rdqn|rddpg")
 

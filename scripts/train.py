@@ -20,8 +20,7 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from agents.config import Config, load_run_config  # noqa: E402
-from agents.rdqn import RDQNConfig  # noqa: E402
+from agents.config import AGENT_CONFIGS, Config, load_run_config  # noqa: E402
 from envs.config import ConfigError, EnvConfig  # noqa: E402
 
 log = logging.getLogger("recurrl")
@@ -33,13 +32,8 @@ def register_configs() -> None:
     base = OmegaConf.structured(Config)
     base.agent = "???"  # filled by the agent group; any agent schema may go there
     cs.store(name="base_config", node=base)
-    cs.store(group="agent", name="rdqn_schema", node=RDQNConfig)
-    try:
-        from agents.rddpg import RDDPGConfig
-    except ImportError:  # pragma: no cover - rddpg not built yet
-        pass
-    else:
-        cs.store(group="agent", name="rddpg_schema", node=RDDPGConfig)
+    for kind, schema in AGENT_CONFIGS.items():
+        cs.store(group="agent", name=f"{kind}_schema", node=schema)
     cs.store(group="env", name="env_schema", node=EnvConfig)
 
 

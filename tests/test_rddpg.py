@@ -20,6 +20,7 @@ from agents.replay import ReplayConfig
 from envs import describe_env
 from envs.config import ConfigError, EnvConfig
 from envs.make import EnvSpec
+from tests.helpers import event_tags
 
 LOW, HIGH = np.array([-2.0, 0.0], np.float32), np.array([2.0, 3.0], np.float32)
 
@@ -188,14 +189,6 @@ def tiny_config(tmp_path, **train) -> Config:
         eval=EvalConfig(every_env_steps=150, episodes=2),
         run_dir=str(tmp_path / "run"),
     )
-
-
-def event_tags(run_dir) -> set[str]:
-    tags = set()
-    for path in (run_dir / "tb").glob("events.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            tags.update(v.tag for v in event.summary.value)
-    return tags
 
 
 def test_smoke_run_writes_metrics_checkpoint_and_resumes(tmp_path):

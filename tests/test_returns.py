@@ -8,6 +8,7 @@ import tensorflow as tf
 from agents.networks import NetworkConfig
 from agents.rdqn import RDQNConfig, RDQNLearner
 from agents.returns import huber, masked_mean, n_step_targets
+from tests.helpers import rdqn_batch
 
 
 def test_n_step_targets_by_hand() -> None:
@@ -47,18 +48,7 @@ def test_learner_double_dqn_n_step_loss_by_hand() -> None:
     learner = RDQNLearner(cfg, NetworkConfig(units=4, pre_layers=[]), 3, 3, burn_in=1, trace_length=3)
     for v in learner.target_q.trainable_variables:  # make target differ from online
         v.assign(v * 1.5 + 0.1)
-    rng = np.random.default_rng(3)
-    L = learner.seq_len
-    batch = {
-        "obs": rng.normal(size=(2, L, 3)).astype(np.float32),
-        "action": rng.integers(0, 3, size=(2, L)).astype(np.int32),
-        "reward": rng.normal(size=(2, L)).astype(np.float32),
-        "terminated": np.zeros((2, L), np.float32),
-        "truncated": np.zeros((2, L), np.float32),
-        "first": np.zeros((2, L), np.float32),
-        "valid": np.ones((2, L), np.float32),
-        "state": np.zeros((2, learner.state_dim), np.float32),
-    }
+    batch = rdqn_batch(learner, batch_size=2, obs_dim=3, num_actions=3, seed=3)
     batch["terminated"][0, 2] = 1.0
     batch["first"][0, 4] = 1.0
     batch["valid"][0, 3] = 0.0

@@ -8,6 +8,7 @@ import pytest
 from agents.networks import NetworkConfig, RecurrentNetwork
 from agents.rdqn import RDQNConfig, RDQNLearner
 from agents.target import TargetUpdater, pair_variables
+from tests.helpers import rdqn_batch
 
 
 def _pair(cell: str = "lstm") -> tuple[RecurrentNetwork, RecurrentNetwork, TargetUpdater]:
@@ -87,18 +88,7 @@ def test_learner_hard_copies_every_period_with_tau_one() -> None:
     """tau=1 with target_update_period=3: the target jumps to the online net every 3rd step only."""
     cfg = RDQNConfig(tau=1.0, target_update_period=3, batch_size=4, n_step=1)
     learner = RDQNLearner(cfg, NetworkConfig(units=8), 2, 2, burn_in=1, trace_length=3)
-    rng = np.random.default_rng(0)
-    L = learner.seq_len
-    batch = {
-        "obs": rng.normal(size=(4, L, 2)).astype(np.float32),
-        "action": rng.integers(0, 2, size=(4, L)).astype(np.int32),
-        "reward": rng.normal(size=(4, L)).astype(np.float32),
-        "terminated": np.zeros((4, L), np.float32),
-        "truncated": np.zeros((4, L), np.float32),
-        "first": np.zeros((4, L), np.float32),
-        "valid": np.ones((4, L), np.float32),
-        "state": np.zeros((4, learner.state_dim), np.float32),
-    }
+    batch = rdqn_batch(learner, batch_size=4, obs_dim=2, num_actions=2, seed=0)
     initial = _weights(learner.target_q)
     for i in range(1, 7):
         learner.step(batch)

@@ -9,27 +9,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
 
 from agents.checkpoint import Checkpointer
 from agents.config import Config
 from agents.loop import train
 from agents.metrics import PROGRESS_COLUMNS
 from envs.config import ConfigError
+from tests.helpers import event_tags
 
 TD_TAGS = ["td/mean", "td/abs_mean", "td/abs_max", "td/histogram", "td/by_position/t00-00"]
-
-
-def _tags(run_dir: Path) -> set[str]:
-    acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
-    acc.Reload()
-    return set(acc.Tags()["tensors"])
 
 
 def test_smoke_run_writes_everything(tiny_config: Config) -> None:
     summary = train(tiny_config)
     run = Path(tiny_config.run_dir)
-    tags = _tags(run)
+    tags = event_tags(run)
     for tag in TD_TAGS + [
         "losses/loss",
         "losses/q_mean",

@@ -1,0 +1,31 @@
+"""Small builders shared by several test modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from tensorboard.backend.event_processing import event_accumulator
+
+
+def event_tags(run_dir: Path) -> set[str]:
+    """Every TensorBoard tag written under ``run_dir/tb``."""
+    acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
+    acc.Reload()
+    return set(acc.Tags()["tensors"])
+
+
+def rdqn_batch(learner, batch_size: int, obs_dim: int, num_actions: int, seed: int) -> dict[str, np.ndarray]:
+    """A random rdqn replay batch of ``[B, L]`` rows: no episode ends, every row valid, zero state."""
+    rng = np.random.default_rng(seed)
+    b, length = batch_size, learner.seq_len
+    return {
+        "obs": rng.normal(size=(b, length, obs_dim)).astype(np.float32),
+        "action": rng.integers(0, num_actions, size=(b, length)).astype(np.int32),
+        "reward": rng.normal(size=(b, length)).astype(np.float32),
+        "terminated": np.zeros((b, length), np.float32),
+        "truncated": np.zeros((b, length), np.float32),
+        "first": np.zeros((b, length), np.float32),
+        "valid": np.ones((b, length), np.float32),
+        "state": np.zeros((b, learner.state_dim), np.float32),
+    }
