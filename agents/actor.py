@@ -8,13 +8,14 @@ any ``tf.function`` dispatch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import gymnasium as gym
 import numpy as np
 
+from agents.exploration import step_features
 from agents.networks import NumpyNetwork, flat_state
 from agents.replay import SequenceReplay
 
@@ -39,12 +40,24 @@ class Policy(Protocol):
 
 
 class EpsilonGreedy:
-    """Batched epsilon-greedy over a numpy Q-network: ``[E, O] -> [E]`` int actions."""
+    """Batched epsilon-greedy over a numpy Q-network: ``[E, O] -> [E]`` int actions.
 
-    def __init__(self, net: NumpyNetwork, num_actions: int, epsilon: Callable[[], float], seed: int) -> None:
+    ``inputs`` (``network.inputs``) appends the one-hot previous action ``[E, A]`` and/or the
+    previous reward ``[E]`` to the observation, as the learner does from replay.
+    """
+
+    def __init__(
+        self,
+        net: NumpyNetwork,
+        num_actions: int,
+        epsilon: Callable[[], float],
+        seed: int,
+        inputs: Sequence[str] = (),
+    ) -> None:
         self.net = net
         self.num_actions = num_actions
         self.epsilon = epsilon
+        self.inputs = list(inputs)
         self.rng = np.random.default_rng(seed)
 
     def act(
@@ -55,6 +68,8 @@ class EpsilonGreedy:
         state: NpState,
         explore: bool,
     ) -> tuple[np.ndarray, NpState]:
+        if self.inputs:
+            obs = step_features(obs, prev_action, prev_reward, self.inputs, None)
         q, state = self.net.step(obs, state)  # [E, A]
         action = q.argmax(axis=1).astype(np.int32)
         if explore:
@@ -86,7 +101,10 @@ class Actor:
         self.env, self.policy, self.replay = env, policy, replay
         self.num_envs = env.num_envs
         self.discrete = isinstance(env.single_action_space, gym.spaces.Discrete)
-        act_shape = () if self.discrete else env.single_action_space.shape
+        # The previous action is kept one-hot for discrete spaces, so that "none" (all zero at an
+        # episode start) differs from every real action.
+        self.num_actions = int(env.single_action_space.n) if self.discrete else 0
+        act_shape = (self.num_actions,) if self.discrete else env.single_action_space.shape
         seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
         self.obs, _ = env.reset(seed=seeds)
         self.state = policy.net.initial_state(self.num_envs)
@@ -137,7 +155,10 @@ class Actor:
             self.ep_return[i], self.ep_length[i] = 0.0, 0
         self.first = self.final_row.astype(np.float32)  # after a final row comes a reset obs
         self.final_row = ended
-        self.prev_action = np.asarray(action, np.float32).reshape(self.prev_action.shape)
+        if self.discrete:
+            self.prev_action = np.eye(self.num_actions, dtype=np.float32)[action]
+        else:
+            self.prev_action = np.asarray(action, np.float32).reshape(self.prev_action.shape)
         self.prev_reward = reward
         self.obs, self.state = next_obs, next_state
         return stats

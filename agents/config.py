@@ -110,6 +110,8 @@ def validate(config: Config) -> None:
     if a.kind == "rddpg":
         _validate_rddpg(a, n)
     _check(n.cell in CELLS, "network.cell", n.cell, "one of " + "|".join(CELLS))
+    extras = ("prev_action", "prev_reward")
+    _check(all(i in extras for i in n.inputs), "network.inputs", list(n.inputs), "any of " + "|".join(extras))
     _check(n.units >= 1, "network.units", n.units, "integers >= 1")
     for key in ("pre_layers", "post_layers"):
         widths = list(getattr(n, key))
@@ -169,8 +171,6 @@ def _validate_rddpg(a, n: NetworkConfig) -> None:
         _check(_num(val) and val >= 0, f"agent.{key}", val, ">= 0")
     _check(_num(a.ou_theta) and 0 < a.ou_theta <= 1, "agent.ou_theta", a.ou_theta, "(0, 1]")
     _check(a.policy_delay >= 1, "agent.policy_delay", a.policy_delay, "integers >= 1")
-    extras = ("prev_action", "prev_reward")
-    _check(all(i in extras for i in n.inputs), "network.inputs", list(n.inputs), "any of " + "|".join(extras))
     _check(
         len(n.post_layers) >= 1,
         "network.post_layers",

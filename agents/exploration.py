@@ -104,12 +104,20 @@ class DeterministicPolicy:
 
 
 def step_features(
-    obs: np.ndarray, prev_action: np.ndarray, prev_reward: np.ndarray, inputs: list[str], scaler: ActionScaler
+    obs: np.ndarray,
+    prev_action: np.ndarray,
+    prev_reward: np.ndarray,
+    inputs: list[str],
+    scaler: ActionScaler | None,
 ) -> np.ndarray:
-    """``[..., O]`` obs plus ``[..., A]`` previous action (in ``[-1, 1]``) and ``[...]`` previous reward."""
+    """``[..., O]`` obs plus ``[..., A]`` previous action and ``[...]`` previous reward -> ``[..., F]``.
+
+    Continuous actions are mapped to ``[-1, 1]`` by ``scaler``; with ``scaler=None`` (discrete
+    actions) ``prev_action`` is used as given: the Actor's one-hot, all zero at an episode start.
+    """
     parts = [np.asarray(obs, np.float32)]
     if "prev_action" in inputs:
-        parts.append(scaler.from_env(prev_action))
+        parts.append(np.asarray(prev_action, np.float32) if scaler is None else scaler.from_env(prev_action))
     if "prev_reward" in inputs:
         parts.append(np.asarray(prev_reward, np.float32)[..., None])
     return np.concatenate(parts, axis=-1)

@@ -59,6 +59,7 @@ def build_agent(config: Config, spec: EnvSpec, counters: Counters):
             spec.num_actions,
             lambda: epsilon_at(config.agent, counters.env_steps),
             seed=config.seed + 17,
+            inputs=config.network.inputs,
         )
         return learner, policy
     if config.agent.kind == "rddpg":

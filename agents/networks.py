@@ -30,7 +30,8 @@ class NetworkConfig:
     post_layers: list[int] = field(default_factory=list)
     # GRU only: apply the reset gate after the recurrent matmul (Keras and cuDNN default).
     reset_after: bool = True
-    # Extra per-step inputs (rddpg): any of prev_action, prev_reward.
+    # Extra per-step inputs: any of prev_action, prev_reward (zeros at an episode's first step;
+    # a discrete previous action is one-hot, a continuous one scaled to [-1, 1]).
     inputs: list[str] = field(default_factory=list)
     # Scale observations by running mean/std before the first layer (agents/normalizer.py).
     normalize_obs: bool = True

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from agents.exploration import step_features
 from agents.networks import NetworkConfig, RecurrentNetwork, split_state
 from agents.returns import huber, masked_mean, n_step_targets
 from agents.target import TargetUpdater
@@ -70,8 +71,11 @@ class RDQNLearner:
         self.burn_in, self.trace_length = int(burn_in), int(trace_length)
         self.seq_len = self.burn_in + self.trace_length + config.n_step
         self.obs_dim, self.num_actions = obs_dim, num_actions
-        self.online_q = RecurrentNetwork(network, obs_dim, num_actions, name="online_q", norm_dim=obs_dim)
-        self.target_q = RecurrentNetwork(network, obs_dim, num_actions, name="target_q", norm_dim=obs_dim)
+        self.inputs = list(network.inputs)
+        # Per-step input: obs, then the one-hot previous action and the previous reward if asked.
+        in_dim = obs_dim + num_actions * ("prev_action" in self.inputs) + ("prev_reward" in self.inputs)
+        self.online_q = RecurrentNetwork(network, in_dim, num_actions, name="online_q", norm_dim=obs_dim)
+        self.target_q = RecurrentNetwork(network, in_dim, num_actions, name="target_q", norm_dim=obs_dim)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
         self.targets.copy()  # the first TD targets must come from the same function as Q
         self.optimizer = keras.optimizers.Adam(learning_rate=config.lr)
@@ -80,7 +84,7 @@ class RDQNLearner:
         self.state_dim = sum(self.online_q.state_sizes)
         b, length = config.batch_size, self.seq_len
         spec = {
-            "obs": tf.TensorSpec([b, length, obs_dim], tf.float32),
+            "obs": tf.TensorSpec([b, length, in_dim], tf.float32),  # obs plus network.inputs extras
             "action": tf.TensorSpec([b, length], tf.int32),
             "state": tf.TensorSpec([b, self.state_dim], tf.float32),
             **{
@@ -97,7 +101,11 @@ class RDQNLearner:
 
     def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
         """Per-row fields this learner needs from replay besides the common ones."""
-        return {"obs": ((self.obs_dim,), np.float32), "action": ((), np.int32)}
+        fields = {"obs": ((self.obs_dim,), np.float32), "action": ((), np.int32)}
+        if self.inputs:  # the Actor writes both; prev_action is one-hot, all zero at an episode start
+            fields["prev_action"] = ((self.num_actions,), np.float32)
+            fields["prev_reward"] = ((), np.float32)
+        return fields
 
     def trackables(self) -> dict[str, object]:
         """Objects a checkpoint must hold to resume this learner exactly."""
@@ -124,12 +132,19 @@ class RDQNLearner:
         """Exploration schedule values to log."""
         return {"charts/epsilon": epsilon_at(self.config, env_steps)}
 
+    def features(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """Network inputs ``[B, L, F]`` from replay rows (obs plus ``network.inputs`` extras)."""
+        if not self.inputs:
+            return batch["obs"]
+        return step_features(batch["obs"], batch["prev_action"], batch["prev_reward"], self.inputs, None)
+
     def step(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One optimiser step (and target update) on a batch; returns numpy metrics.
 
         Metrics: ``loss``, ``q_mean``, ``grad_norm`` scalars; ``td_error`` and ``mask`` ``[B, T]``.
         """
-        feed = {k: batch[k] for k in self._step.input_signature[0]}
+        feed = {k: batch[k] for k in self._step.input_signature[0] if k != "obs"}
+        feed["obs"] = self.features(batch)
         return {k: v.numpy() for k, v in self._step(feed).items()}
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:

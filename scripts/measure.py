@@ -108,6 +108,8 @@ def synthetic_batch(learner, spec: EnvSpec, batch_size: int, seed: int) -> dict[
     for key, (shape, dtype) in learner.replay_fields().items():
         if key == "action" and spec.discrete:
             out[key] = rng.integers(0, spec.num_actions, (b, length)).astype(dtype)
+        elif key == "prev_action" and spec.discrete:  # one-hot
+            out[key] = np.eye(spec.num_actions, dtype=dtype)[rng.integers(0, spec.num_actions, (b, length))]
         elif key in ("action", "prev_action"):
             out[key] = rng.uniform(spec.action_low, spec.action_high, (b, length, *shape)).astype(dtype)
         else:

@@ -85,6 +85,7 @@ BAD = [
     (["env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0'", "cannot be made"),
     (["env.id=Pendulum-v1", "env.mask_obs=[]"], "agent=rdqn needs a discrete action space", "agent=rddpg"),
     (["replay.initial_state=random"], "replay.initial_state='random'", "stored|zero"),
+    (["network.inputs=[velocity]"], "network.inputs=['velocity']", "prev_action|prev_reward"),
 ]
 
 

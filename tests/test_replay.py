@@ -88,3 +88,28 @@ def test_actor_rows_mark_episode_ends() -> None:
     assert (d["state"][0::4] == 0).all()  # state zeroed at episode start
     assert (d["state"][1::4] != 0).any()  # and carried within the episode
     assert len(returns) == 6  # 3 episodes x 2 envs
+
+
+def test_actor_previous_action_is_one_hot_and_zero_at_episode_start() -> None:
+    """network.inputs for discrete actions: the stored previous action is one-hot, none at a start."""
+    env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
+    inputs = ["prev_action", "prev_reward"]
+    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[], inputs=inputs), 2 + 2 + 1, 2, name="q")
+    policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0, inputs=inputs)
+    fields = {
+        "obs": ((2,), np.float32),
+        "action": ((), np.int32),
+        "prev_action": ((2,), np.float32),
+        "prev_reward": ((), np.float32),
+    }
+    replay = SequenceReplay(64, 2, 4, fields, state_dim=8, seed=0)
+    actor = Actor(env, policy, replay, seed=0)
+    for _ in range(12):
+        actor.step()
+    d = {k: v[:12, 0] for k, v in replay.data.items()}
+    starts = d["first"] == 1
+    assert starts.sum() == 3
+    assert (d["prev_action"][starts] == 0).all() and (d["prev_reward"][starts] == 0).all()
+    rest = np.flatnonzero(~starts)
+    np.testing.assert_array_equal(d["prev_action"][rest], np.eye(2)[d["action"][rest - 1]])
+    np.testing.assert_array_equal(d["prev_reward"][rest], d["reward"][rest - 1])

@@ -116,3 +116,18 @@ def test_load_run_config_applies_overrides_and_keeps_agent(tiny_config: Config) 
         load_run_config(run, ["agent=rddpg"])
     with pytest.raises(ConfigError, match="override rejected"):
         load_run_config(run, ["train.total_env_stepz=800"])
+
+
+def test_rdqn_with_previous_action_and_reward_inputs(tiny_config: Config) -> None:
+    """network.inputs works for rdqn: replay stores the extras, learner and actor see the same width."""
+    from agents.loop import Counters, build_agent
+    from envs import describe_env
+
+    tiny_config.network.inputs = ["prev_action", "prev_reward"]
+    spec = describe_env(tiny_config.env)
+    learner, policy = build_agent(tiny_config, spec, Counters())
+    assert learner.online_q.input_dim == spec.obs_dim + spec.num_actions + 1
+    assert learner.replay_fields()["prev_action"] == ((spec.num_actions,), np.float32)
+    assert policy.inputs == tiny_config.network.inputs
+    summary = train(tiny_config)
+    assert summary["env_steps"] == 400 and summary["updates"] == 76
