@@ -38,6 +38,16 @@ class Policy(Protocol):
         """``obs`` ``[E, O]`` -> actions ``[E]`` (discrete) or ``[E, A]``, and the next state."""
         ...
 
+    def episode_start(self, envs: np.ndarray) -> None:
+        """Envs (``[E]`` bool) whose next step starts an episode (e.g. to restart OU noise)."""
+        ...
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Exploration state to checkpoint besides ``rng``."""
+        ...
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
+
 
 class EpsilonGreedy:
     """Batched epsilon-greedy over a numpy Q-network: ``[E, O] -> [E]`` int actions.
@@ -77,6 +87,15 @@ class EpsilonGreedy:
             random = self.rng.random(len(action)) < eps
             action = np.where(random, self.rng.integers(0, self.num_actions, len(action)), action)
         return action.astype(np.int32), state
+
+    def episode_start(self, envs: np.ndarray) -> None:
+        """Epsilon-greedy keeps no per-episode exploration state."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Nothing besides ``rng`` to restore."""
 
 
 @dataclass
@@ -121,6 +140,8 @@ class Actor:
         state_before = tuple(s * keep for s in self.state)
         self.prev_action *= keep.reshape((-1,) + (1,) * (self.prev_action.ndim - 1))
         self.prev_reward *= keep[:, 0]
+        if explore and self.first.any():
+            self.policy.episode_start(self.first > 0)
         action, next_state = self.policy.act(
             self.obs, self.prev_action, self.prev_reward, state_before, explore
         )

@@ -11,6 +11,7 @@ whatever the env's units (Pendulum's torque in [-2, 2] and a task in [-1, 1] sha
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -44,12 +45,21 @@ class GaussianNoise:
     def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
         return self.sigma * self.rng.standard_normal(shape).astype(np.float32)
 
+    def reset(self, envs: np.ndarray) -> None:
+        """Nothing to forget: the noise has no memory."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Nothing to restore."""
+
 
 class OUNoise:
     """Ornstein-Uhlenbeck noise, ``x <- x - theta * x + sigma * N(0, 1)`` per env (DDPG).
 
-    Stationary std is ``sigma / sqrt(theta * (2 - theta))``. The process is not reset at episode
-    starts: it is mean-reverting and forgets within about ``1 / theta`` steps.
+    Stationary std is ``sigma / sqrt(theta * (2 - theta))``. ``x`` ``[E, A]`` restarts at 0 at
+    each env's episode start (:meth:`reset`) and is saved with checkpoints (:meth:`state_dict`).
     """
 
     def __init__(self, sigma: float, theta: float, rng: np.random.Generator) -> None:
@@ -61,6 +71,29 @@ class OUNoise:
             self.x = np.zeros(shape, np.float32)
         self.x += -self.theta * self.x + self.sigma * self.rng.standard_normal(shape).astype(np.float32)
         return self.x.copy()
+
+    def reset(self, envs: np.ndarray) -> None:
+        """Restart the process at 0 for the envs where ``envs`` ``[E]`` (bool) is true."""
+        if len(self.x) == len(envs):
+            self.x[envs] = 0.0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"ou_x": self.x.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.x = np.asarray(state["ou_x"], np.float32).copy()
+
+
+class Noise(Protocol):
+    """Exploration noise in half-range units: ``noise(shape)`` -> ``[E, A]``."""
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray: ...
+
+    def reset(self, envs: np.ndarray) -> None: ...
+
+    def state_dict(self) -> dict[str, np.ndarray]: ...
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
 
 class DeterministicPolicy:
@@ -75,7 +108,7 @@ class DeterministicPolicy:
         net: NumpyNetwork,
         scaler: ActionScaler,
         inputs: list[str],
-        noise: Callable[[tuple[int, ...]], np.ndarray],
+        noise: Noise,
         random_actions: Callable[[], bool],
         rng: np.random.Generator,
     ) -> None:
@@ -85,6 +118,17 @@ class DeterministicPolicy:
     def features(self, obs: np.ndarray, prev_action: np.ndarray, prev_reward: np.ndarray) -> np.ndarray:
         """Per-step network input ``[E, F]``: obs, then the extras named in ``network.inputs``."""
         return step_features(obs, prev_action, prev_reward, self.inputs, self.scaler)
+
+    def episode_start(self, envs: np.ndarray) -> None:
+        """Envs (``[E]`` bool) whose next step starts an episode: restart their noise process."""
+        self.noise.reset(envs)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Exploration state a checkpoint must hold besides the rng (the OU process)."""
+        return self.noise.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.noise.load_state_dict(state)
 
     def act(
         self,

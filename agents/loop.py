@@ -251,6 +251,7 @@ def _summary(config: Config, counters: Counters, evals: list[dict]) -> dict:
     wall = max(counters.wall_time_s, 1e-9)
     return {
         "agent": config.agent.kind,
+        "preset": config.agent.name,
         "env": config.env.id,
         "cell": config.network.cell,
         "seed": config.seed,
@@ -275,6 +276,7 @@ def _save(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) -> 
     extra.update({f"obs_norm/{k}": v for k, v in normalizer.state_dict().items()})
     rng = json.dumps(policy.rng.bit_generator.state)
     extra["policy_rng"] = np.frombuffer(rng.encode(), np.uint8)
+    extra.update({f"policy/{k}": v for k, v in policy.state_dict().items()})
     learner.updates.assign(counters.updates)
     ckpt.save(counters.env_steps, extra, {"counters": dataclasses.asdict(counters)})
 
@@ -284,6 +286,7 @@ def _restore(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) 
     extra, info = ckpt.restore(step)
     replay.load_state_dict({k[len("replay/") :]: v for k, v in extra.items() if k.startswith("replay/")})
     policy.rng.bit_generator.state = json.loads(bytes(extra["policy_rng"]).decode())
+    policy.load_state_dict({k.split("/", 1)[1]: v for k, v in extra.items() if k.startswith("policy/")})
     normalizer.load_state_dict({k.split("/", 1)[1]: v for k, v in extra.items() if k.startswith("obs_norm/")})
     normalizer.push(_networks(learner))
     for k, v in info["counters"].items():

@@ -37,6 +37,8 @@ class RDDPGConfig:
 
     # Agent family; selects the learner.
     kind: str = "rddpg"
+    # Preset label (conf/agent/<name>.yaml): names run directories and summaries.
+    name: str = "rddpg"
     # Discount factor, in [0, 1].
     gamma: float = 0.99
     # Steps of lookahead in the TD target (>= 1).

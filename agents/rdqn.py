@@ -20,6 +20,8 @@ class RDQNConfig:
 
     # Agent family; selects the learner.
     kind: str = "rdqn"
+    # Preset label (conf/agent/<name>.yaml): names run directories and summaries.
+    name: str = "rdqn"
     # Discount factor, in [0, 1].
     gamma: float = 0.98
     # Steps of lookahead in the TD target (>= 1).

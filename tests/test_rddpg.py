@@ -303,6 +303,7 @@ def test_rddpg_presets_compose_and_reject_typos():
     assert isinstance(rtd3.agent, RDDPGConfig) and isinstance(rddpg.agent, RDDPGConfig)
     assert (rddpg.agent.twin_critics, rddpg.agent.target_noise, rddpg.agent.policy_delay) == (False, 0.0, 1)
     assert (rtd3.agent.twin_critics, rtd3.agent.target_noise > 0, rtd3.agent.policy_delay) == (True, True, 2)
+    assert (default.agent.name, rddpg.agent.name, rtd3.agent.name) == ("rdqn", "rddpg", "rtd3")
     assert rtd3.env.id == "Pendulum-v1" and rtd3.env.mask_obs == [2] and rddpg.env.mask_obs == []
     for config in (rtd3, rddpg):
         validate(config)
@@ -329,3 +330,38 @@ def test_numpy_policy_matches_the_tf_actor_step_by_step():
     for t in range(x.shape[1]):
         u, state = policy.net.step(x[:, t], state)
         np.testing.assert_allclose(u, expected[:, t], rtol=1e-4, atol=1e-5)
+
+
+def test_ou_noise_restarts_at_episode_starts_and_is_checkpointed():
+    from agents.actor import Actor
+    from agents.exploration import OUNoise
+    from envs import make_vec_env
+
+    noise = OUNoise(0.3, 0.15, np.random.default_rng(0))
+    for _ in range(5):
+        noise((3, 2))
+    saved = noise.state_dict()
+    noise.reset(np.array([True, False, True]))
+    assert (noise.x[[0, 2]] == 0).all() and (noise.x[1] != 0).all()
+    noise.load_state_dict(saved)
+    np.testing.assert_array_equal(noise.x, saved["ou_x"])
+
+    # The Actor tells the policy which envs start an episode (exploring steps only).
+    env_config = EnvConfig(name="cue", id="recurrl/CueMemoryContinuous-v0", kwargs={"delay": 1}, num_envs=2)
+    config = Config(
+        agent=RDDPGConfig(exploration="ou"),
+        env=env_config,
+        network=NetworkConfig(units=4, pre_layers=[], post_layers=[4]),
+    )
+    counters = Counters(env_steps=10**6)  # past learning_starts: noise, not uniform actions
+    _, policy = build_rddpg(config, describe_env(env_config), counters)
+    starts = []
+    original = policy.episode_start
+    policy.episode_start = lambda envs: (starts.append(envs.copy()), original(envs))
+    actor = Actor(make_vec_env(env_config, seed=0), policy, seed=0)
+    for _ in range(6):
+        actor.step(explore=True)
+    actor.step(explore=False)
+    # Episodes here: 2 steps + the final-observation row, so starts at steps 0 and 3 (and 6: greedy).
+    assert len(starts) == 2 and all(s.all() for s in starts)
+    assert "ou_x" in policy.state_dict()
