@@ -24,11 +24,11 @@ import keras
 import tensorflow as tf
 
 from agents.cells import RecurrentCore, State
-from agents.networks import NetworkConfig
+from agents.networks import DenseReLU, NetworkConfig
 
 
-def _dense_stack(widths: list[int], prefix: str) -> list[keras.layers.Dense]:
-    return [keras.layers.Dense(n, activation="relu", name=f"{prefix}_{i}") for i, n in enumerate(widths)]
+def _dense_stack(widths: list[int], prefix: str, layer_norm: bool) -> list[DenseReLU]:
+    return [DenseReLU(n, layer_norm, name=f"{prefix}_{i}") for i, n in enumerate(widths)]
 
 
 def _build_stack(layers: list[keras.layers.Dense], width: int) -> int:
@@ -60,11 +60,13 @@ class ActorCriticNetwork(keras.Model):
             kw = {"shape": (self.norm_dim,), "trainable": False}
             self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
             self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
-        self.pre = _dense_stack(config.pre_layers, "pre")
+        self.pre = _dense_stack(config.pre_layers, "pre", config.layer_norm)
         self.core = RecurrentCore(config.cell, config.units, config.reset_after, name="core")
-        self.post = _dense_stack(config.post_layers, "post") if actor else []
+        self.post = _dense_stack(config.post_layers, "post", config.layer_norm) if actor else []
         self.head = keras.layers.Dense(action_dim, activation="tanh", name="head") if actor else None
-        self.q_posts = [_dense_stack(config.post_layers, f"q{i + 1}_post") for i in range(num_critics)]
+        self.q_posts = [
+            _dense_stack(config.post_layers, f"q{i + 1}_post", config.layer_norm) for i in range(num_critics)
+        ]
         self.q_heads = [keras.layers.Dense(1, name=f"q{i + 1}_head") for i in range(num_critics)]
         # Built under this model's name so variable paths read "<name>/<layer>/<var>" and the
         # online/target twins pair by path (agents.target).

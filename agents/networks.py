@@ -37,6 +37,55 @@ class NetworkConfig:
     normalize_obs: bool = True
     # Normalised observations are clipped to [-obs_clip, obs_clip].
     obs_clip: float = 5.0
+    # LayerNorm between each dense layer (pre, post) and its ReLU, as in PQN (Gallici et al. 2024).
+    layer_norm: bool = False
+
+
+LN_EPSILON = 1e-3
+
+
+class DenseReLU(keras.layers.Dense):
+    """``relu(dense(x))`` or, with ``layer_norm``, ``relu(LayerNorm(dense(x)))``: ``[..., I] -> [..., O]``.
+
+    A Dense subclass, so ``kernel``/``bias`` (and variable paths ``<layer>/kernel``) stay those of
+    a plain Dense; the LayerNorm scale and offset are ``<layer>/ln_gamma``, ``<layer>/ln_beta``.
+    """
+
+    def __init__(self, units: int, layer_norm: bool = False, name: str | None = None) -> None:
+        super().__init__(units, activation="relu", name=name)
+        self.layer_norm = bool(layer_norm)
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        if self.layer_norm:
+            self.ln_gamma = self.add_weight(shape=(self.units,), initializer="ones", name="ln_gamma")
+            self.ln_beta = self.add_weight(shape=(self.units,), initializer="zeros", name="ln_beta")
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        if not self.layer_norm:
+            return super().call(inputs)
+        y = tf.matmul(inputs, self.kernel) + self.bias  # [..., O]
+        mean, var = tf.nn.moments(y, axes=[-1], keepdims=True)
+        y = (y - mean) * tf.math.rsqrt(var + LN_EPSILON) * self.ln_gamma + self.ln_beta
+        return tf.nn.relu(y)
+
+
+def numpy_dense_relu(layer: DenseReLU) -> tuple[np.ndarray, ...]:
+    """A :class:`DenseReLU`'s weights for :func:`numpy_dense_relu_step`: kernel, bias[, gamma, beta]."""
+    weights = [np.asarray(layer.kernel), np.asarray(layer.bias)]
+    if getattr(layer, "layer_norm", False):
+        weights += [np.asarray(layer.ln_gamma), np.asarray(layer.ln_beta)]
+    return tuple(weights)
+
+
+def numpy_dense_relu_step(weights: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
+    """numpy :class:`DenseReLU`: ``[B, I] -> [B, O]``."""
+    y = x @ weights[0] + weights[1]
+    if len(weights) == 4:
+        mean = y.mean(axis=-1, keepdims=True)
+        var = ((y - mean) ** 2).mean(axis=-1, keepdims=True)
+        y = (y - mean) / np.sqrt(var + LN_EPSILON) * weights[2] + weights[3]
+    return np.maximum(y, 0.0)
 
 
 class RecurrentNetwork(keras.Model):
@@ -58,14 +107,10 @@ class RecurrentNetwork(keras.Model):
         self.config = config
         self.input_dim = int(input_dim)
         self.output_dim = int(output_dim)
-        self.pre = [
-            keras.layers.Dense(n, activation="relu", name=f"pre_{i}") for i, n in enumerate(config.pre_layers)
-        ]
+        ln = config.layer_norm
+        self.pre = [DenseReLU(n, ln, name=f"pre_{i}") for i, n in enumerate(config.pre_layers)]
         self.core = RecurrentCore(config.cell, config.units, config.reset_after, name="core")
-        self.post = [
-            keras.layers.Dense(n, activation="relu", name=f"post_{i}")
-            for i, n in enumerate(config.post_layers)
-        ]
+        self.post = [DenseReLU(n, ln, name=f"post_{i}") for i, n in enumerate(config.post_layers)]
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.
@@ -159,9 +204,9 @@ class NumpyNetwork:
         if self.norm_dim:
             self.norm = (np.asarray(self.network.input_mean), np.asarray(self.network.input_std))
             self.obs_clip = self.network.config.obs_clip
-        self.pre = [dense(layer) for layer in self.network.pre]
+        self.pre = [numpy_dense_relu(layer) for layer in self.network.pre]
         self.core = core_weights(self.network.core)
-        self.post = [dense(layer) for layer in self.network.post]
+        self.post = [numpy_dense_relu(layer) for layer in self.network.post]
         self.head = dense(self.network.head)
 
     def initial_state(self, batch_size: int) -> tuple[np.ndarray, ...]:
@@ -175,11 +220,11 @@ class NumpyNetwork:
             mean, std = self.norm
             obs = np.clip((x[:, : self.norm_dim] - mean) / std, -self.obs_clip, self.obs_clip)
             x = np.concatenate([obs, x[:, self.norm_dim :]], axis=1)
-        for w, b in self.pre:
-            x = np.maximum(x @ w + b, 0.0)
+        for weights in self.pre:
+            x = numpy_dense_relu_step(weights, x)
         x, state = numpy_core_step(self.cell, self.core, x, state, self.reset_after)
-        for w, b in self.post:
-            x = np.maximum(x @ w + b, 0.0)
+        for weights in self.post:
+            x = numpy_dense_relu_step(weights, x)
         w, b = self.head
         out = x @ w + b
         if self.activation == "tanh":

@@ -147,3 +147,29 @@ def test_running_normalizer_matches_batch_statistics_and_both_paths_apply_it() -
         o, state = mirror.step(x[:, t], state)
         outs.append(o)
     np.testing.assert_allclose(np.stack(outs, 1), after, atol=1e-5)
+
+
+def test_layer_norm_matches_keras_and_the_numpy_mirror() -> None:
+    """network.layer_norm: relu(LayerNorm(dense(x))) in TF equals keras.layers.LayerNormalization
+    and the numpy acting mirror; the LayerNorm weights are trainable and pair by path."""
+    cfg = NetworkConfig(cell="lstm", units=6, pre_layers=[8], post_layers=[8], layer_norm=True)
+    net = RecurrentNetwork(cfg, F, A, name="online_q")
+    paths = [v.path for v in net.trainable_variables]
+    assert "online_q/pre_0/ln_gamma" in paths and "online_q/post_0/ln_beta" in paths
+    layer = net.pre[0]
+    layer.ln_gamma.assign(np.linspace(0.5, 1.5, 8).astype(np.float32))
+    layer.ln_beta.assign(np.linspace(-0.2, 0.2, 8).astype(np.float32))
+    x, reset = _inputs()
+    ref = keras.layers.LayerNormalization(epsilon=1e-3)
+    ref.build((None, 8))
+    ref.set_weights([np.asarray(layer.ln_gamma), np.asarray(layer.ln_beta)])
+    dense = tf.matmul(tf.constant(x), layer.kernel) + layer.bias
+    np.testing.assert_allclose(layer(tf.constant(x)), tf.nn.relu(ref(dense)), atol=1e-5)
+    full, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    mirror = NumpyNetwork(net)
+    np_state, np_outs = mirror.initial_state(B), []
+    for t in range(T):
+        np_state = tuple(s * (1.0 - reset[:, t, None]) for s in np_state)
+        o, np_state = mirror.step(x[:, t], np_state)
+        np_outs.append(o)
+    np.testing.assert_allclose(np.stack(np_outs, 1), full, atol=1e-5)
