@@ -31,6 +31,17 @@ def _inputs(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, reset
 
 
+def _numpy_unroll(net: RecurrentNetwork, x: np.ndarray, reset: np.ndarray) -> np.ndarray:
+    """The numpy acting mirror stepped over ``x`` ``[B, T, F]``: ``[B, T, A]``."""
+    mirror = NumpyNetwork(net)
+    state, outs = mirror.initial_state(B), []
+    for t in range(T):
+        state = tuple(s * (1.0 - reset[:, t, None]) for s in state)
+        o, state = mirror.step(x[:, t], state)
+        outs.append(o)
+    return np.stack(outs, 1)
+
+
 @pytest.mark.parametrize(("cell", "reset_after"), CASES)
 def test_shapes(cell: str, reset_after: bool) -> None:
     net = _net(cell, reset_after)
@@ -54,13 +65,7 @@ def test_step_by_step_equals_full_unroll(cell: str, reset_after: bool) -> None:
     np.testing.assert_allclose(np.stack(outs, 1), full, atol=1e-5)
     for a, b in zip(state, final, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    mirror = NumpyNetwork(net)
-    np_state, np_outs = mirror.initial_state(B), []
-    for t in range(T):
-        np_state = tuple(s * (1.0 - reset[:, t, None]) for s in np_state)
-        o, np_state = mirror.step(x[:, t], np_state)
-        np_outs.append(o)
-    np.testing.assert_allclose(np.stack(np_outs, 1), full, atol=1e-5)
+    np.testing.assert_allclose(_numpy_unroll(net, x, reset), full, atol=1e-5)
 
 
 @pytest.mark.parametrize(("cell", "reset_after"), CASES[:4])
@@ -166,10 +171,4 @@ def test_layer_norm_matches_keras_and_the_numpy_mirror() -> None:
     dense = tf.matmul(tf.constant(x), layer.kernel) + layer.bias
     np.testing.assert_allclose(layer(tf.constant(x)), tf.nn.relu(ref(dense)), atol=1e-5)
     full, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
-    mirror = NumpyNetwork(net)
-    np_state, np_outs = mirror.initial_state(B), []
-    for t in range(T):
-        np_state = tuple(s * (1.0 - reset[:, t, None]) for s in np_state)
-        o, np_state = mirror.step(x[:, t], np_state)
-        np_outs.append(o)
-    np.testing.assert_allclose(np.stack(np_outs, 1), full, atol=1e-5)
+    np.testing.assert_allclose(_numpy_unroll(net, x, reset), full, atol=1e-5)
