@@ -6,17 +6,22 @@ that only does what must be sequential (``dz_t U^T`` and a few elementwise ops),
 kernel gradient as one large matmul over all steps::
 
     forward, per step:   h' = keep_t h;  z_t = x_t + h' U;  gates;  h_t, c_t
-    backward, per step:  dz_t from factors saved in the forward;  dh' = keep_t (dz_t U^T + ...)
+    backward, per step:  dz_t from per-step factors;  dh' = keep_t (dz_t U^T + ...)
     after the loop:      dU = [h'_0 ... h'_T-1]^T [dz_0 ... dz_T-1]    (one [U, T*B] x [T*B, G] matmul)
 
 Inputs are time-major and already projected (``x_t = inputs_t W + b``: one large matmul done by the
 caller, differentiated by autodiff). ``keep`` is ``1 - reset``: the state is zeroed before a step
 that starts an episode. Outputs are batch-major ``[B, T, U]``. Loops are unrolled statically (the
 learner's sequence lengths are fixed by its input signature), so the graph has no loop-control ops
-and the executor overlaps independent work (e.g. the target and online unrolls) on both cores. The
-per-step gradient factors are built in the forward pass off the sequential chain; inside a
-``tf.function`` that takes no gradient of an unroll (target network, burn-in) they have no consumer
-and TF prunes them.
+and the executor overlaps independent work (e.g. the target and online unrolls) on both cores.
+
+The forward pass only runs the recurrence (13 ops per LSTM step) and keeps its intermediate
+tensors; the backward factors (sigmoid and tanh derivatives, ``[g, c', i, tanh c]`` and the like)
+are built in the gradient function, held by a control dependency until the incoming gradient
+exists. So the forward unrolls, all on the critical path (target, burn-in, trace), carry no
+gradient work, and the factors run beside the backward loop. ``U^T`` for the backward loop is
+materialised as a 3-D transpose (:func:`_transpose`): Grappler folds a plain 2-D transpose into the
+matmul's ``transpose_b``, which oneDNN runs about 1.5x slower at these shapes.
 
 Both kernels equal the reference recurrence (:meth:`agents.cells.RecurrentCore._unroll_scan`,
 ``tf.scan`` plus autodiff) to float32 round-off in outputs and gradients (tests/test_fastrnn.py).
@@ -71,14 +76,12 @@ def _lstm(x, keep, h0, c0, rk):
         rk_t = _transpose(rk)
         deriv_scale = tf.constant([1.0] * (2 * units) + [4.0] * units + [1.0] * units)
 
-        def factors(t: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            # dz = [dc dc dc dh] * w, dc += dh * by_dc, carry dc' = dc * fk.
-            _, cm, s, i, f, g, o, tc = saved[t]
-            dpre = s * (1.0 - s) * deriv_scale  # sigmoid'(z) for i, f, o; tanh'(z) = 4 sg (1 - sg) for g
-            return tf.concat([g, cm, i, tc], 1) * dpre, o * (1.0 - tc * tc), f * keeps[t]
-
         with tf.control_dependencies(_gate(dhs, dh_last, dc_last)):
-            fac = {t: factors(t) for t in reversed(range(steps))}
+            fac = {}  # dz = [dc dc dc dh] * w, dc += dh * by_dc, carry dc' = dc * fk
+            for t in reversed(range(steps)):
+                _, cm, s, i, f, g, o, tc = saved[t]
+                dpre = s * (1.0 - s) * deriv_scale  # sigmoid'(z) for i, f, o; tanh'(z) = 4 sg (1 - sg) for g
+                fac[t] = tf.concat([g, cm, i, tc], 1) * dpre, o * (1.0 - tc * tc), f * keeps[t]
         dz_all = [None] * steps
         for t in reversed(range(steps)):
             w, by_dc, fk = fac[t]
@@ -134,15 +137,13 @@ def _gru(x, keep, h0, rk, rb):
         dhs_t = tf.unstack(_zeros_if_none(dhs, hs), axis=1)
         rk_t = _transpose(rk)
 
-        def factors(t: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            # d(x) = [dh dh dh] * by_dx, d(rec) = [dh dh dh] * by_rec, dh' = d(rec) U^T keep + dh zk.
-            hm, rec_h, zr, z, r, hh = saved[t]
-            da = (1.0 - z) * (1.0 - hh * hh)  # dh_t / d(pre-tanh candidate)
-            dzr = zr * (1.0 - zr) * tf.concat([hm - hh, da * rec_h], 1)
-            return tf.concat([dzr, da], 1), tf.concat([dzr, da * r], 1), z * keeps[t]
-
         with tf.control_dependencies(_gate(dhs, dh_last)):
-            fac = {t: factors(t) for t in reversed(range(steps))}
+            fac = {}  # d(x) = [dh dh dh] * by_dx, d(rec) = [dh dh dh] * by_rec, dh' = d(rec) U^T keep + dh zk
+            for t in reversed(range(steps)):
+                hm, rec_h, zr, z, r, hh = saved[t]
+                da = (1.0 - z) * (1.0 - hh * hh)  # dh_t / d(pre-tanh candidate)
+                dzr = zr * (1.0 - zr) * tf.concat([hm - hh, da * rec_h], 1)
+                fac[t] = tf.concat([dzr, da], 1), tf.concat([dzr, da * r], 1), z * keeps[t]
         dx_all, drec_all = [None] * steps, [None] * steps
         for t in reversed(range(steps)):
             by_dx, by_rec, zk = fac[t]
