@@ -12,7 +12,7 @@ Two implementations share those weights:
   large matmul, then the recurrence runs with the state zeroed wherever ``reset`` marks an episode
   start, so a sampled sequence never carries memory across episodes. For ``lstm`` and ``gru``
   (``reset_after``) with a static sequence length the recurrence is a fused kernel with a
-  hand-written gradient (:mod:`agents.fastrnn`, 1.16-1.34x less CPU per learner update here);
+  hand-written gradient (:mod:`agents.fastrnn`; docs/performance.md has the measured gains);
   otherwise, or with ``FAST = False``, it is the reference ``tf.scan`` over :meth:`_recur` with
   autodiff. Both give the same values and gradients to float32 round-off (tests/test_fastrnn.py).
 * :func:`numpy_core_step` (numpy, for the actor): one step for a batch of envs with no framework

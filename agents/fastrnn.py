@@ -6,17 +6,22 @@ that only does what must be sequential (``dz_t U^T`` and a few elementwise ops),
 kernel gradient as one large matmul over all steps::
 
     forward, per step:   h' = keep_t h;  z_t = x_t + h' U;  gates;  h_t, c_t
-    backward, per step:  dz_t from factors saved in the forward;  dh' = keep_t (dz_t U^T + ...)
+    backward, per step:  dz_t from per-step factors;  dh' = keep_t (dz_t U^T + ...)
     after the loop:      dU = [h'_0 ... h'_T-1]^T [dz_0 ... dz_T-1]    (one [U, T*B] x [T*B, G] matmul)
 
 Inputs are time-major and already projected (``x_t = inputs_t W + b``: one large matmul done by the
 caller, differentiated by autodiff). ``keep`` is ``1 - reset``: the state is zeroed before a step
 that starts an episode. Outputs are batch-major ``[B, T, U]``. Loops are unrolled statically (the
 learner's sequence lengths are fixed by its input signature), so the graph has no loop-control ops
-and the executor overlaps independent work (e.g. the target and online unrolls) on both cores. The
-per-step gradient factors are built in the forward pass off the sequential chain; inside a
-``tf.function`` that takes no gradient of an unroll (target network, burn-in) they have no consumer
-and TF prunes them.
+and the executor overlaps independent work (e.g. the target and online unrolls) on both cores.
+
+The forward pass only runs the recurrence (13 ops per LSTM step) and keeps its intermediate
+tensors; the backward factors (sigmoid and tanh derivatives, ``[g, c', i, tanh c]`` and the like)
+are built in the gradient function, held by a control dependency until the incoming gradient
+exists. So the forward unrolls, all on the critical path (target, burn-in, trace), carry no
+gradient work, and the factors run beside the backward loop. ``U^T`` for the backward loop is
+materialised as a 3-D transpose (:func:`_transpose`): Grappler folds a plain 2-D transpose into the
+matmul's ``transpose_b``, which oneDNN runs about 1.5x slower at these shapes.
 
 Both kernels equal the reference recurrence (:meth:`agents.cells.RecurrentCore._unroll_scan`,
 ``tf.scan`` plus autodiff) to float32 round-off in outputs and gradients (tests/test_fastrnn.py).
@@ -50,9 +55,8 @@ def _lstm(x, keep, h0, c0, rk):
     # tanh(a) = 2 sigmoid(2a) - 1: one sigmoid covers all four gates of a step.
     scale = tf.constant([1.0] * (2 * units) + [2.0] * units + [1.0] * units)
     xs, keeps, rks = tf.unstack(x * scale), tf.unstack(keep), rk * scale
-    deriv_scale = tf.constant([1.0] * (2 * units) + [4.0] * units + [1.0] * units)
     h, c = h0, c0
-    hm_all, h_all, by_dc, fk, w = [], [], [], [], []
+    saved, h_all = [], []  # saved[t]: what step t's backward factors are built from
     for t in range(steps):
         hm, cm = h * keeps[t], c * keeps[t]
         s = tf.sigmoid(xs[t] + tf.matmul(hm, rks))  # [B, 4U]: i, f, (g + 1) / 2, o
@@ -61,32 +65,32 @@ def _lstm(x, keep, h0, c0, rk):
         c = f * cm + i * g
         tc = tf.tanh(c)
         h = o * tc
-        hm_all.append(hm)
+        saved.append((hm, cm, s, i, f, g, o, tc))
         h_all.append(h)
-        # Backward factors (pruned when no gradient is taken): dz = [dc dc dc dh] * w_t,
-        # dc += dh * by_dc_t, and the carries dc' = dc * fk_t, dh' = (dz U^T) * keep_t.
-        dpre = s * (1.0 - s) * deriv_scale  # sigmoid'(z) for i, f, o; tanh'(z) = 4 sg (1 - sg) for g
-        w.append(tf.concat([g, cm, i, tc], 1) * dpre)
-        by_dc.append(o * (1.0 - tc * tc))
-        fk.append(f * keeps[t])
     hs = tf.stack(h_all, axis=1)
 
     def grad(dhs, dh_last, dc_last):
-        dhs_t = tf.unstack(_zeros_if_none(dhs, hs), axis=1)
         dh = _zeros_if_none(dh_last, h0)
         dc = _zeros_if_none(dc_last, c0)
-        rk_t = tf.transpose(rk)
+        dhs_t = tf.unstack(_zeros_if_none(dhs, hs), axis=1)
+        rk_t = _transpose(rk)
+        deriv_scale = tf.constant([1.0] * (2 * units) + [4.0] * units + [1.0] * units)
+
+        with tf.control_dependencies(_gate(dhs, dh_last, dc_last)):
+            fac = {}  # dz = [dc dc dc dh] * w, dc += dh * by_dc, carry dc' = dc * fk
+            for t in reversed(range(steps)):
+                _, cm, s, i, f, g, o, tc = saved[t]
+                dpre = s * (1.0 - s) * deriv_scale  # sigmoid'(z) for i, f, o; tanh'(z) = 4 sg (1 - sg) for g
+                fac[t] = tf.concat([g, cm, i, tc], 1) * dpre, o * (1.0 - tc * tc), f * keeps[t]
         dz_all = [None] * steps
         for t in reversed(range(steps)):
+            w, by_dc, fk = fac[t]
             dh = dh + dhs_t[t]
-            dc = dc + dh * by_dc[t]
-            dz = tf.concat([dc, dc, dc, dh], 1) * w[t]  # [B, 4U]
-            dz_all[t] = dz
-            dh = tf.matmul(dz, rk_t) * keeps[t]
-            dc = dc * fk[t]
-        dz = tf.stack(dz_all)  # [T, B, 4U]
-        hm = tf.reshape(tf.stack(hm_all), [-1, units])
-        drk = tf.matmul(hm, tf.reshape(dz, [-1, 4 * units]), transpose_a=True)
+            dc = dc + dh * by_dc
+            dz_all[t] = tf.concat([dc, dc, dc, dh], 1) * w  # [B, 4U]
+            dh = tf.matmul(dz_all[t], rk_t) * keeps[t]
+            dc = dc * fk
+        dz, drk = _kernel_grad([m[0] for m in saved], dz_all)
         return dz, tf.zeros_like(keep), dh, dc, drk
 
     return (hs, h, c), grad
@@ -115,7 +119,7 @@ def _gru(x, keep, h0, rk, rb):
     x_zr, x_h = tf.split(x, [2 * units, units], axis=2)
     xzr, xh, keeps = tf.unstack(x_zr), tf.unstack(x_h), tf.unstack(keep)
     h = h0
-    hm_all, h_all, by_dx, by_rec, zk = [], [], [], [], []
+    saved, h_all = [], []  # saved[t]: what step t's backward factors are built from
     for t in range(steps):
         hm = h * keeps[t]
         rec = tf.nn.bias_add(tf.matmul(hm, rk), rb)  # [B, 3U]
@@ -124,35 +128,64 @@ def _gru(x, keep, h0, rk, rb):
         z, r = tf.split(zr, 2, axis=1)
         hh = tf.tanh(xh[t] + r * rec_h)
         h = hh + z * (hm - hh)
-        hm_all.append(hm)
+        saved.append((hm, rec_h, zr, z, r, hh))
         h_all.append(h)
-        # Backward factors (pruned when unused): d(x) = [dh dh dh] * by_dx_t, d(rec) the same
-        # with the candidate part times r, and dh' = (d(rec) U^T + dh z) keep_t.
-        da = (1.0 - z) * (1.0 - hh * hh)  # dh_t / d(pre-tanh candidate)
-        dzr = zr * (1.0 - zr) * tf.concat([hm - hh, da * rec_h], 1)
-        by_dx.append(tf.concat([dzr, da], 1))
-        by_rec.append(tf.concat([dzr, da * r], 1))
-        zk.append(z * keeps[t])
     hs = tf.stack(h_all, axis=1)
 
     def grad(dhs, dh_last):
-        dhs_t = tf.unstack(_zeros_if_none(dhs, hs), axis=1)
         dh = _zeros_if_none(dh_last, h0)
-        rk_t = tf.transpose(rk)
+        dhs_t = tf.unstack(_zeros_if_none(dhs, hs), axis=1)
+        rk_t = _transpose(rk)
+
+        with tf.control_dependencies(_gate(dhs, dh_last)):
+            fac = {}  # d(x) = [dh dh dh] * by_dx, d(rec) = [dh dh dh] * by_rec, dh' = d(rec) U^T keep + dh zk
+            for t in reversed(range(steps)):
+                hm, rec_h, zr, z, r, hh = saved[t]
+                da = (1.0 - z) * (1.0 - hh * hh)  # dh_t / d(pre-tanh candidate)
+                dzr = zr * (1.0 - zr) * tf.concat([hm - hh, da * rec_h], 1)
+                fac[t] = tf.concat([dzr, da], 1), tf.concat([dzr, da * r], 1), z * keeps[t]
         dx_all, drec_all = [None] * steps, [None] * steps
         for t in reversed(range(steps)):
+            by_dx, by_rec, zk = fac[t]
             dh = dh + dhs_t[t]
             dh3 = tf.concat([dh, dh, dh], 1)
-            dx_all[t] = dh3 * by_dx[t]
-            drec = dh3 * by_rec[t]  # [B, 3U]
-            drec_all[t] = drec
-            dh = tf.matmul(drec, rk_t) * keeps[t] + dh * zk[t]
-        drec = tf.reshape(tf.stack(drec_all), [-1, 3 * units])
-        hm = tf.reshape(tf.stack(hm_all), [-1, units])
-        drk = tf.matmul(hm, drec, transpose_a=True)
-        return tf.stack(dx_all), tf.zeros_like(keep), dh, drk, tf.reduce_sum(drec, 0)
+            dx_all[t] = dh3 * by_dx
+            drec_all[t] = dh3 * by_rec  # [B, 3U]
+            dh = tf.matmul(drec_all[t], rk_t) * keeps[t] + dh * zk
+        drec, drk = _kernel_grad([m[0] for m in saved], drec_all)
+        drb = tf.reduce_sum(tf.reshape(drec, [-1, 3 * units]), 0)
+        return tf.stack(dx_all), tf.zeros_like(keep), dh, drk, drb
 
     return (hs, h), grad
+
+
+def _kernel_grad(hm_all: list[tf.Tensor], dz_all: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+    """``dz`` stacked ``[T, B, G]`` and ``dU = sum_t hm_t^T dz_t`` ``[U, G]`` (one large matmul)."""
+    units, gates = hm_all[0].shape[-1], dz_all[0].shape[-1]
+    dz = tf.stack(dz_all)
+    hm = tf.reshape(tf.stack(hm_all), [-1, units])
+    return dz, tf.matmul(hm, tf.reshape(dz, [-1, gates]), transpose_a=True)
+
+
+def _transpose(kernel: tf.Tensor) -> tf.Tensor:
+    """``[U, G] -> [G, U]``, materialised: the backward loop's ``dz U^T`` stays a plain matmul.
+
+    A 2-D ``tf.transpose`` feeding a matmul is folded by Grappler into ``transpose_b=True``, which
+    oneDNN runs about 1.5x slower at these shapes (``[B, G] x [G, U]``: 75 against 52 us per step
+    here); the same permutation written as a 3-D transpose of ``[U, G / U, U]`` is left alone.
+    """
+    units, gates = kernel.shape
+    blocks = tf.reshape(kernel, [units, gates // units, units])
+    return tf.reshape(tf.transpose(blocks, [1, 2, 0]), [gates, units])
+
+
+def _gate(*grads: tf.Tensor | None) -> list[tf.Tensor]:
+    """Control inputs that hold the backward factors until the incoming gradients exist.
+
+    Built in the forward pass, the factors would compete with the forward unrolls (all of which
+    are on the critical path); held back, they run beside the sequential backward loop.
+    """
+    return [g for g in grads if g is not None]
 
 
 def _zeros_if_none(g: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:

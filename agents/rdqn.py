@@ -159,11 +159,17 @@ class RDQNLearner:
             state = tuple(tf.stop_gradient(s) for s in state)
         variables = self.online_q.trainable_variables
         with tf.GradientTape() as tape:
-            q_online, _ = self.online_q.unroll(obs[:, bi:], state, reset[:, bi:])  # [B, T+n, A]
+            q_trace, state = self.online_q.unroll(obs[:, bi : bi + tl], state, reset[:, bi : bi + tl])
             action = batch["action"][:, bi : bi + tl]
-            q_taken = tf.gather(q_online[:, :tl], action, batch_dims=2)  # [B, T]
+            q_taken = tf.gather(q_trace, action, batch_dims=2)  # [B, T]
             # Bootstrap value V(s_j): double DQN scores the online argmax with the target net.
             if cfg.double_q:
+                # The last n_step rows only pick the bootstrap action (an argmax: no gradient), so
+                # they are unrolled from the trace's stopped final state and no backward runs there.
+                with tape.stop_recording():
+                    state = tuple(tf.stop_gradient(s) for s in state)
+                    q_tail, _ = self.online_q.unroll(obs[:, bi + tl :], state, reset[:, bi + tl :])
+                q_online = tf.concat([q_trace, q_tail], axis=1)  # [B, T+n, A]
                 greedy = tf.argmax(q_online, axis=-1, output_type=tf.int32)
                 value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)
             else:

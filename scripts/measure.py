@@ -11,8 +11,8 @@ costs ``2 I O`` per sample and step forward, and twice that backward (input and 
 
     net(step)     = sum over pre/post/head layers of 2 I O + core, core = 2 (F + U) G
                     (G = 4U lstm, 3U gru, U mlp; F = core input width)
-    rdqn update   = B net (L + L + 2 (L - burn_in))
-                    # target over L, online burn-in + trace over L, backward over the trace + n_step
+    rdqn update   = B net (L + L + 2 T)
+                    # target over L, online over L (burn-in, trace, n_step tail), backward over the trace
     rddpg update  = B [L (enc_a + pol + enc_c + k qh)                # target actor and critic(s)
                        + burn_in (enc_a + enc_c)                      # online burn-in
                        + 3 T (enc_c + k qh) + 3 T (enc_a + pol) + 2 T qh]   # critic, actor losses
@@ -83,7 +83,7 @@ def update_flops(learner, batch_size: int) -> int:
     if hasattr(learner, "online_q"):
         q = learner.online_q
         net = _dense_flops(q.pre) + _core_flops(q.core) + _dense_flops([*q.post, q.head])
-        return batch_size * net * (2 * length + 2 * (length - bi))
+        return batch_size * net * (2 * length + 2 * tl)
     actor, critic = learner.online_actor, learner.online_critic
     enc_a = _dense_flops(actor.pre) + _core_flops(actor.core)
     enc_c = 0 if critic is actor else _dense_flops(critic.pre) + _core_flops(critic.core)

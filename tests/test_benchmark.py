@@ -110,7 +110,7 @@ def test_update_flops_match_a_hand_count() -> None:
     network = NetworkConfig(cell="lstm", units=4, pre_layers=[3])
     learner = RDQNLearner(RDQNConfig(batch_size=2, n_step=1), network, 2, 2, burn_in=1, trace_length=2)
     per_step = 2 * 2 * 3 + 2 * (3 + 4) * 16 + 2 * 4 * 2  # pre, lstm core, head
-    steps = 4 + 4 + 2 * 3  # target over L, online over L, backward (2x) over the 3 rows after burn-in
+    steps = 4 + 4 + 2 * 2  # target over L, online over L, backward (2x) over the 2 trace rows
     assert update_flops(learner, 2) == 2 * per_step * steps
 
 

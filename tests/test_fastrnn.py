@@ -82,10 +82,10 @@ def test_fallbacks_use_the_reference_path() -> None:
     assert dynamic(tf.zeros([B, T, F])).shape == (B, T, A)
 
 
-def _learner_after_updates(updates: int) -> tuple[list[np.ndarray], dict]:
+def _learner_after_updates(updates: int, cell: str = "lstm") -> tuple[list[np.ndarray], dict]:
     keras.utils.set_random_seed(3)
     learner = RDQNLearner(
-        RDQNConfig(batch_size=4, n_step=2), NetworkConfig(cell="lstm", units=8, pre_layers=[8]), 3, 2, 2, 5
+        RDQNConfig(batch_size=4, n_step=2), NetworkConfig(cell=cell, units=8, pre_layers=[8]), 3, 2, 2, 5
     )
     rng = np.random.default_rng(0)
     b, length = 4, learner.seq_len
@@ -107,12 +107,58 @@ def _learner_after_updates(updates: int) -> tuple[list[np.ndarray], dict]:
     return [np.asarray(v) for v in variables], metrics
 
 
-def test_learner_updates_match_reference_path() -> None:
-    """Three rdqn updates (burn-in, resets, double Q, target EMA) land on the same weights."""
-    fast_weights, fast_metrics = _learner_after_updates(3)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_learner_updates_match_reference_path(cell: str) -> None:
+    """Three rdqn updates (burn-in, resets, double Q, n_step tail, target EMA) land on the same weights."""
+    fast_weights, fast_metrics = _learner_after_updates(3, cell)
     with reference_path():
-        ref_weights, ref_metrics = _learner_after_updates(3)
+        ref_weights, ref_metrics = _learner_after_updates(3, cell)
     for a, b in zip(fast_weights, ref_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     for key in ("loss", "q_mean", "grad_norm", "td_error"):
         np.testing.assert_allclose(fast_metrics[key], ref_metrics[key], rtol=1e-4, atol=1e-5)
+
+
+def test_backward_transpose_is_materialised_and_exact() -> None:
+    """The backward loop's ``U^T`` (a 3-D transpose, kept out of Grappler's matmul folding) is exact."""
+    from agents.fastrnn import _transpose
+
+    rk = tf.constant(np.random.default_rng(0).normal(size=(6, 24)).astype(np.float32))
+    np.testing.assert_array_equal(_transpose(rk), tf.transpose(rk))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_tail_without_backward_gives_the_same_gradients(fast: bool) -> None:
+    """rdqn's split unroll: gradients through the trace equal those of one unroll over trace + tail.
+
+    The tail (the last n_step rows) only feeds an argmax, so unrolling it from the trace's stopped
+    final state, outside the tape, changes neither values nor gradients.
+    """
+    net, x, reset, state, weights = _case("lstm")
+    trace = 5  # of T = 7 steps; reset[2, 6] = 1 falls in the tail
+
+    def split_and_whole():
+        with tf.GradientTape(persistent=True) as tape:
+            q_trace, final = net.unroll(x[:, :trace], state, reset[:, :trace])
+            with tape.stop_recording():
+                q_tail, _ = net.unroll(
+                    x[:, trace:], tuple(tf.stop_gradient(s) for s in final), reset[:, trace:]
+                )
+            q_split = tf.concat([q_trace, q_tail], axis=1)
+            q_whole, _ = net.unroll(x, state, reset)
+            # A loss on the trace rows plus an argmax over all rows (no gradient), as in rdqn.
+            greedy = tf.cast(tf.argmax(q_split, axis=-1), tf.float32)
+            loss_split = tf.reduce_sum(q_trace * weights[:, :trace]) + tf.reduce_sum(greedy)
+            loss_whole = tf.reduce_sum(q_whole[:, :trace] * weights[:, :trace])
+        split = tape.gradient(loss_split, net.trainable_variables)
+        whole = tape.gradient(loss_whole, net.trainable_variables)
+        return q_split, q_whole, split, whole
+
+    cells.FAST = fast
+    try:
+        q_split, q_whole, split, whole = tf.function(split_and_whole)()
+    finally:
+        cells.FAST = True
+    np.testing.assert_allclose(q_split, q_whole, rtol=1e-5, atol=2e-6)
+    for a, b in zip(split, whole, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
