@@ -147,6 +147,11 @@ class DeterministicPolicy:
         return self.scaler.to_env(u), state
 
 
+def feature_width(obs_dim: int, action_width: int, inputs: list[str]) -> int:
+    """``F`` of :func:`step_features`: obs, plus ``action_width`` (one-hot or box) and 1 for the reward."""
+    return obs_dim + action_width * ("prev_action" in inputs) + ("prev_reward" in inputs)
+
+
 def step_features(
     obs: np.ndarray,
     prev_action: np.ndarray,

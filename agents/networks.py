@@ -73,7 +73,7 @@ class DenseReLU(keras.layers.Dense):
 def numpy_dense_relu(layer: DenseReLU) -> tuple[np.ndarray, ...]:
     """A :class:`DenseReLU`'s weights for :func:`numpy_dense_relu_step`: kernel, bias[, gamma, beta]."""
     weights = [np.asarray(layer.kernel), np.asarray(layer.bias)]
-    if getattr(layer, "layer_norm", False):
+    if layer.layer_norm:
         weights += [np.asarray(layer.ln_gamma), np.asarray(layer.ln_beta)]
     return tuple(weights)
 

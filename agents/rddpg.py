@@ -25,7 +25,14 @@ import numpy as np
 import tensorflow as tf
 
 from agents.actor_critic import ActorCriticNetwork
-from agents.exploration import ActionScaler, DeterministicPolicy, GaussianNoise, OUNoise, step_features
+from agents.exploration import (
+    ActionScaler,
+    DeterministicPolicy,
+    GaussianNoise,
+    OUNoise,
+    feature_width,
+    step_features,
+)
 from agents.networks import NetworkConfig, NumpyNetwork, split_state
 from agents.returns import masked_mean, n_step_targets
 from agents.target import TargetUpdater
@@ -107,7 +114,7 @@ class RDDPGLearner:
         self.obs_dim, self.action_dim = obs_dim, len(action_low)
         self.scaler = ActionScaler(action_low, action_high)
         a = self.action_dim
-        in_dim = obs_dim + a * ("prev_action" in self.inputs) + ("prev_reward" in self.inputs)
+        in_dim = feature_width(obs_dim, a, self.inputs)
         critics = 2 if config.twin_critics else 1
         nets = {}
         for side in ("online", "target"):

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents.exploration import step_features
+from agents.exploration import feature_width, step_features
 from agents.networks import NetworkConfig, RecurrentNetwork, split_state
 from agents.returns import huber, masked_mean, n_step_targets
 from agents.target import TargetUpdater
@@ -75,7 +75,7 @@ class RDQNLearner:
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self.inputs = list(network.inputs)
         # Per-step input: obs, then the one-hot previous action and the previous reward if asked.
-        in_dim = obs_dim + num_actions * ("prev_action" in self.inputs) + ("prev_reward" in self.inputs)
+        in_dim = feature_width(obs_dim, num_actions, self.inputs)
         self.online_q = RecurrentNetwork(network, in_dim, num_actions, name="online_q", norm_dim=obs_dim)
         self.target_q = RecurrentNetwork(network, in_dim, num_actions, name="target_q", norm_dim=obs_dim)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
