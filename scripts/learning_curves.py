@@ -77,18 +77,22 @@ def write_curves(results: dict, csv_path: Path, png_path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # One panel per threshold: presets of one task (e.g. lstm and mlp on cartpole_p) share axes.
+    thresholds = list(dict.fromkeys(res["threshold"] for res in results.values()))
+    fig, axes = plt.subplots(1, len(thresholds), figsize=(6.5 * len(thresholds), 4.5), squeeze=False)
     for i, (name, res) in enumerate(results.items()):
+        ax = axes[0, thresholds.index(res["threshold"])]
         color = f"C{i}"
         for j, run in enumerate(res["runs"]):
             steps = [p[0] for p in run["curve"]]
             returns = [p[1] for p in run["curve"]]
             ax.plot(steps, returns, color=color, alpha=0.6, lw=1.2, label=name if j == 0 else None)
-        ax.axhline(res["threshold"], color=color, ls=":", lw=1)
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("greedy eval return (mean over episodes)")
-    ax.set_title("learning curves, one line per seed; dotted: threshold")
-    ax.legend(loc="best", fontsize=8)
+        ax.axhline(res["threshold"], color="k", ls=":", lw=1)
+    for ax in axes[0]:
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("greedy eval return (mean over episodes)")
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle("learning curves, one line per seed; dotted: threshold")
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
     plt.close(fig)

@@ -88,7 +88,7 @@ def test_tiny_benchmark_writes_every_field(tmp_path: Path) -> None:
     for row in result["acting"]:
         assert set(row) == ACTING_KEYS
         assert _positive(row["raw_env_steps_per_s"]) and _positive(row["actor_env_steps_per_s"])
-    for name in ("rdqn_cartpole_p", "rdqn_cartpole_p_mlp"):
+    for name in ("rdqn_cartpole_p", "rdqn_cartpole_p_mlp", "rtd3_pendulum_p", "rtd3_pendulum_p_mlp"):
         preset = result["learning"][name]
         assert set(preset) == PRESET_KEYS and len(preset["runs"]) == 1
         assert preset["runs"][0]["curve"], preset

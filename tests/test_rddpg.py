@@ -305,6 +305,9 @@ def test_rddpg_presets_compose_and_reject_typos():
     assert (rtd3.agent.twin_critics, rtd3.agent.target_noise > 0, rtd3.agent.policy_delay) == (True, True, 2)
     assert (default.agent.name, rddpg.agent.name, rtd3.agent.name) == ("rdqn", "rddpg", "rtd3")
     assert rtd3.env.id == "Pendulum-v1" and rtd3.env.mask_obs == [2] and rddpg.env.mask_obs == []
+    # Every agent preset turns LayerNorm on in its dense layers; the schema default stays off.
+    assert default.network.layer_norm and rtd3.network.layer_norm and rddpg.network.layer_norm
+    assert NetworkConfig().layer_norm is False
     for config in (rtd3, rddpg):
         validate(config)
         validate_for_env(config, describe_env(config.env))
