@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import time
 from collections import deque
 from pathlib import Path
@@ -20,7 +21,7 @@ from tqdm import tqdm
 
 from agents.actor import Actor, EpsilonGreedy, evaluate
 from agents.checkpoint import Checkpointer, is_run_dir
-from agents.config import Config, validate, validate_for_env
+from agents.config import Config, TrainConfig, validate, validate_for_env
 from agents.metrics import MetricsWriter
 from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
@@ -30,6 +31,8 @@ from agents.replay import SequenceReplay
 from envs import describe_env, make_vec_env
 from envs.config import ConfigError
 from envs.make import EnvSpec
+
+log = logging.getLogger("recurrl")
 
 EVAL_SEED_OFFSET = 1_000_003  # eval envs never share seeds with training envs
 
@@ -114,11 +117,34 @@ class _LearnerLog:
         self.scalars, self.td, self.hist = {}, {}, {}
 
 
+def configure_tf_threads(t: TrainConfig) -> bool:
+    """Set TF's intra- and inter-op thread pools from ``t``; False (and a warning) if TF already runs
+    with other settings (they are fixed once the TF runtime has started in this process)."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(t.tf_intra_op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(t.tf_inter_op_threads)
+    except RuntimeError:
+        current = (
+            tf.config.threading.get_intra_op_parallelism_threads(),
+            tf.config.threading.get_inter_op_parallelism_threads(),
+        )
+        log.warning(
+            "TF already started in this process with (intra, inter) op threads %s; "
+            "train.tf_intra_op_threads=%d, train.tf_inter_op_threads=%d not applied",
+            current,
+            t.tf_intra_op_threads,
+            t.tf_inter_op_threads,
+        )
+        return False
+    return True
+
+
 def train(config: Config) -> dict:
     """Run (or resume) one experiment; returns the summary also written to ``summary.json``."""
     validate(config)
     spec = describe_env(config.env)
     validate_for_env(config, spec)
+    configure_tf_threads(config.train)
     run_dir = _prepare_run_dir(config)
     keras.utils.set_random_seed(config.seed)
     if config.train.deterministic:

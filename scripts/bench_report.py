@@ -26,13 +26,18 @@ def format_learner(rows: list[dict], header: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _threads(m: dict) -> str:
+    return f"op threads intra {m['tf_intra_op_threads']}, inter {m['tf_inter_op_threads']}"
+
+
 def format_table(result: dict) -> str:
     """The whole result as plain-text tables."""
     m, g = result["machine"], result["gemm"]
     load = f"load {m['load_start'][0]:.1f} -> {m['load_end'][0]:.1f}"
     out = [
-        f"machine: {m['cpu']}, {m['cores']} cores, TF {m['tensorflow']}, {load}; "
-        f"GEMM {g['size']}^3 fp32: {g['gflops_start']:.1f} -> {g['gflops_end']:.1f} GFLOP/s",
+        f"machine: {m['cpu']}, {m['cores']} cores, TF {m['tensorflow']} ({_threads(m)}), {load}; "
+        f"GEMM {g['parallel_matmuls']} x {g['size']}^3 fp32: "
+        f"{g['gflops_start']:.1f} -> {g['gflops_end']:.1f} GFLOP/s",
         "",
         "learner: upd/s; GEMM = same-run fp32 GFLOP/s; eff% = GFLOP x upd/s / GEMM; cpu ms = process CPU",
         "time per update; ref = the tf.scan reference path, keras = stock Keras LSTM/GRU step (same run)",
@@ -73,8 +78,9 @@ def format_markdown(result: dict) -> str:
     """Markdown tables of the result (written next to the JSON, pasted into docs/performance.md)."""
     m, g = result["machine"], result["gemm"]
     lines = [
-        f"{m['date']}, {m['cpu']}, {m['cores']} cores, TF {m['tensorflow']}; 1-min load "
-        f"{m['load_start'][0]:.1f} at start, {m['load_end'][0]:.1f} at end; GEMM {g['size']}^3 fp32 "
+        f"{m['date']}, {m['cpu']}, {m['cores']} cores, TF {m['tensorflow']} ({_threads(m)}); 1-min load "
+        f"{m['load_start'][0]:.1f} at start, {m['load_end'][0]:.1f} at end; GEMM "
+        f"{g['parallel_matmuls']} x {g['size']}^3 fp32 "
         f"{g['gflops_start']:.0f} -> {g['gflops_end']:.0f} GFLOP/s.",
         "",
         "| shapes | agent | cell | U | B | L | GFLOP/update | updates/s | CPU ms/update | GEMM GFLOP/s "

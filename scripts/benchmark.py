@@ -134,13 +134,20 @@ TINY_TRAIN = [
 
 def run_benchmark(b: BenchConfig, compose, run_dir: Path) -> dict:
     """Every measurement of ``b``; returns the JSON-ready result."""
+    from agents.loop import configure_tf_threads
     from scripts import measure
     from scripts.measure_acting import acting_rows
 
     base = shrink(b) if b.tiny else []
+    # TF's thread pools as `python -m scripts.train` sets them (before TF's first op here).
+    configure_tf_threads(compose(base).train)
     result: dict = {"machine": machine_info(), "config": dataclasses.asdict(b), "notes": []}
     gemm = measure.Gemm(b.gemm_size, b.gemm_repeats)
-    result["gemm"] = {"size": b.gemm_size, "gflops_start": measure.median([gemm.sample() for _ in range(3)])}
+    result["gemm"] = {
+        "size": b.gemm_size,
+        "parallel_matmuls": gemm.parallel,
+        "gflops_start": measure.median([gemm.sample() for _ in range(3)]),
+    }
     result["learner"] = learner_rows(b, compose, base, gemm, result["notes"])
     lb = b.learner
     canonical = [*base, f"replay.burn_in={lb.burn_in}", f"replay.trace_length={lb.trace_length}"]
@@ -233,6 +240,8 @@ def machine_info() -> dict:
         "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load_start": os.getloadavg(),
+        "tf_intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
     }
 
 

@@ -124,3 +124,22 @@ def test_invalid_settings_are_one_line_errors() -> None:
     bad = BenchConfig()
     bad.learner.units = []
     assert "bench.learner.units" in invalid(bad)
+
+
+def test_train_sets_tf_thread_pools_before_tf_starts() -> None:
+    """A fresh process gets the configured pools; once TF runs, other values are refused, not half-set."""
+    code = (
+        "import tensorflow as tf\n"
+        "from agents.config import TrainConfig\n"
+        "from agents.loop import configure_tf_threads\n"
+        "assert configure_tf_threads(TrainConfig(tf_intra_op_threads=1, tf_inter_op_threads=2))\n"
+        "tf.constant(1.0) + 1\n"
+        "assert configure_tf_threads(TrainConfig(tf_intra_op_threads=1, tf_inter_op_threads=2))\n"
+        "assert not configure_tf_threads(TrainConfig(tf_intra_op_threads=2, tf_inter_op_threads=2))\n"
+        "t = tf.config.threading\n"
+        "print(t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["1", "2"]
+    assert "not applied" in proc.stderr

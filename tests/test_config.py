@@ -86,6 +86,7 @@ BAD = [
     (["env.id=Pendulum-v1", "env.mask_obs=[]"], "agent=rdqn needs a discrete action space", "agent=rddpg"),
     (["replay.initial_state=random"], "replay.initial_state='random'", "stored|zero"),
     (["network.inputs=[velocity]"], "network.inputs=['velocity']", "prev_action|prev_reward"),
+    (["train.tf_intra_op_threads=-1"], "train.tf_intra_op_threads=-1", ">= 0"),
 ]
 
 
