@@ -31,7 +31,7 @@ class RDQNConfig:
     # Sequences per update.
     batch_size: int = 32
     # EMA rate of the target network, in (0, 1]; 1 with a period gives hard copies.
-    tau: float = 0.005
+    tau: float = 0.01
     # Optimiser steps between target updates.
     target_update_period: int = 1
     # Double DQN: the online network picks the bootstrap action, the target scores it.

@@ -119,4 +119,30 @@ def format_markdown(result: dict) -> str:
             f"| {r['pct_of_raw']:.0f} | {r['actor_blas_default_env_steps_per_s']:.0f} "
             f"| {r['load_1min']:.1f} |"
         )
+    if result["learning"]:
+        lines += ["", *format_learning_markdown(result["learning"])]
     return "\n".join(lines) + "\n"
+
+
+def format_learning_markdown(learning: dict) -> list[str]:
+    """One row per preset: seeds reaching the threshold, medians, and the per-seed figures."""
+
+    def per_seed(runs: list[dict], key: str, spec: str) -> str:
+        return ", ".join(_fmt(r[key], spec) for r in runs)
+
+    lines = [
+        "| preset | threshold | seeds reaching it | median env steps to it | median wall s to it "
+        "| env steps to it per seed | best eval per seed | eval at the end per seed | wall per run (s) |",
+        "|---|--:|--:|--:|--:|---|---|---|--:|",
+    ]
+    for name, res in learning.items():
+        runs = res["runs"]
+        walls = [r["wall_total_s"] for r in runs]
+        lines.append(
+            f"| {name} | {res['threshold']:g} | {res['reached']} / {len(runs)} "
+            f"| {_fmt(res['median_env_steps_to_threshold'], '.0f')} "
+            f"| {_fmt(res['median_wall_s_to_threshold'])} "
+            f"| {per_seed(runs, 'steps_to_threshold', '.0f')} | {per_seed(runs, 'best', '.0f')} "
+            f"| {per_seed(runs, 'final', '.0f')} | {min(walls):.0f}-{max(walls):.0f} |"
+        )
+    return lines

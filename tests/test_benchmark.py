@@ -58,6 +58,7 @@ def test_tiny_benchmark_writes_every_field(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "learner: upd/s" in proc.stdout and f"wrote {out}" in proc.stdout
     assert "| rdqn | lstm |" in out.with_suffix(".md").read_text()
+    assert "| rdqn_cartpole_p_mlp | 475 | " in out.with_suffix(".md").read_text()
     result = json.loads(out.read_text())
     assert set(result) >= {
         "machine",
