@@ -15,14 +15,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     TF_CPP_MIN_LOG_LEVEL=2 \
+    RECURRL_CACHE_DIR=/opt/recurrl-cache \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 
-# Debian's Python 3.11 and tini, unpinned (DL3008): Debian's archive keeps only the newest bookworm
-# version of a package, so a pinned patch version stops installing when the next update lands.
+# Debian's Python 3.11, tini and g++, unpinned (DL3008): Debian's archive keeps only the newest
+# bookworm version of a package, so a pinned patch version stops installing when the next update
+# lands. g++ builds the native LSTM op (agents/native) for the CPU the container runs on.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv tini \
+    && apt-get install -y --no-install-recommends python3 python3-venv tini g++ \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv "$VIRTUAL_ENV" \
     && useradd --uid 1000 --user-group --create-home --shell /bin/bash recurrl
@@ -39,8 +41,12 @@ print('\n'.join(d for d in deps if not d.startswith('tensorflow==')))" > /tmp/re
 
 # The project. --no-deps keeps the TensorFlow chosen above (pyproject names plain `tensorflow`).
 COPY . .
+# The native LSTM op is built here for the build host's CPU; a container on another CPU builds its
+# own copy (about 10 s) into a temp dir on first use, since /opt/recurrl-cache is read-only to it.
 RUN pip install --no-deps --no-build-isolation . \
     && rm -rf build ./*.egg-info \
+    && python -m agents.native \
+    && chmod -R a+rX "$RECURRL_CACHE_DIR" \
     && mkdir /runs \
     && chown recurrl:recurrl /runs \
     && ln -s /runs runs

@@ -61,7 +61,7 @@ class ActorCriticNetwork(keras.Model):
             self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
             self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
         self.pre = _dense_stack(config.pre_layers, "pre", config.layer_norm)
-        self.core = RecurrentCore(config.cell, config.units, config.reset_after, name="core")
+        self.core = RecurrentCore(config.cell, config.units, config.reset_after, config.kernel, name="core")
         self.post = _dense_stack(config.post_layers, "post", config.layer_norm) if actor else []
         self.head = keras.layers.Dense(action_dim, activation="tanh", name="head") if actor else None
         self.q_posts = [

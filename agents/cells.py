@@ -10,11 +10,15 @@ Two implementations share those weights:
 
 * :meth:`RecurrentCore.unroll` (TF, for the learner): the input projection of all time steps is one
   large matmul, then the recurrence runs with the state zeroed wherever ``reset`` marks an episode
-  start, so a sampled sequence never carries memory across episodes. For ``lstm`` and ``gru``
-  (``reset_after``) with a static sequence length the recurrence is a fused kernel with a
-  hand-written gradient (:mod:`agents.fastrnn`; docs/performance.md has the measured gains);
-  otherwise, or with ``FAST = False``, it is the reference ``tf.scan`` over :meth:`_recur` with
-  autodiff. Both give the same values and gradients to float32 round-off (tests/test_fastrnn.py).
+  start, so a sampled sequence never carries memory across episodes. The recurrence has four
+  implementations (``network.kernel``), equal to float32 round-off in values and gradients
+  (tests/test_fastrnn.py, tests/test_native.py; docs/performance.md has the measured speeds):
+
+  - ``native``: ``lstm`` only; one C++ op per direction (:mod:`agents.native`, built on first use);
+  - ``graph``: ``lstm`` and ``gru`` (``reset_after``) with a static length: the recurrence unrolled
+    in the TF graph with a hand-written gradient (:mod:`agents.fastrnn`);
+  - ``scan``: every cell: the reference ``tf.scan`` over :meth:`_recur` with autodiff;
+  - ``auto`` (default): the first of those that applies here.
 * :func:`numpy_core_step` (numpy, for the actor): one step for a batch of envs with no framework
   dispatch, about 30 us for 8 envs and 128 units.
 """
@@ -22,6 +26,7 @@ Two implementations share those weights:
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 
 import keras
@@ -29,14 +34,15 @@ import numpy as np
 import tensorflow as tf
 
 from agents import fastrnn
+from agents import native as native_ops
 
+log = logging.getLogger(__name__)
 CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
-# Use the fused kernels of agents/fastrnn.py where they apply (static length, lstm or gru with
-# reset_after). Read when a unroll is traced; False forces the reference tf.scan path (tests and
-# scripts/benchmark.py compare the two).
-FAST = True
-# Longer sequences take tf.scan: the fused kernels put every step in the graph (trace time grows).
+KERNELS = ("auto", "native", "graph", "scan")
+# Longer sequences leave the graph kernel: it puts every step in the graph (trace time grows).
 MAX_STATIC_STEPS = 256
+# The native kernel splits a sequence of static length >= 8 * NATIVE_CHUNKS into this many chunks.
+NATIVE_CHUNKS = 1
 State = tuple[tf.Tensor, ...]
 
 
@@ -48,10 +54,17 @@ def state_sizes(cell: str, units: int) -> tuple[int, ...]:
 class RecurrentCore(keras.layers.Layer):
     """A recurrent (or memoryless) core mapping ``[B, T, F]`` inputs to ``[B, T, U]`` outputs."""
 
-    def __init__(self, cell: str, units: int, reset_after: bool = True, **kwargs) -> None:
+    def __init__(
+        self, cell: str, units: int, reset_after: bool = True, kernel: str = "auto", **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         if cell not in CELLS:
             raise ValueError(f"unknown cell {cell!r}; allowed: {', '.join(CELLS)}")
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
+        if kernel == "native" and cell != "lstm":
+            raise ValueError(f"kernel 'native' supports cell 'lstm', not {cell!r}")
+        self.kernel = kernel
         self.cell_kind = cell
         self.units = int(units)
         self.reset_after = bool(reset_after)
@@ -130,17 +143,49 @@ class RecurrentCore(keras.layers.Layer):
         Returns:
             outputs ``[B, T, U]`` and the state after the last step.
         """
-        if FAST and self._fast_ok(inputs):
+        kernel = self.kernel_for(inputs)
+        if kernel == "native":
+            return self._unroll_native(inputs, state, reset)
+        if kernel == "graph":
             return self._unroll_fused(inputs, state, reset)
         proj = self._project_inputs(inputs)
         if self.cell_kind == "mlp":
             return proj, ()
         return self._unroll_scan(proj, tf.transpose(1.0 - reset)[:, :, None], state)
 
-    def _fast_ok(self, inputs: tf.Tensor) -> bool:
+    def kernel_for(self, inputs: tf.Tensor) -> str:
+        """The recurrence implementation an unroll of ``inputs`` ``[B, T, F]`` uses: native|graph|scan."""
+        if self.kernel == "native" or (self.kernel == "auto" and self.cell_kind == "lstm" and _native_ok()):
+            return "native"
+        if self.kernel in ("auto", "graph") and self._graph_ok(inputs):
+            return "graph"
+        return "scan"
+
+    def _graph_ok(self, inputs: tf.Tensor) -> bool:
         steps = inputs.shape[1]
         kind_ok = self.cell_kind == "lstm" or (self.cell_kind == "gru" and self.reset_after)
         return kind_ok and steps is not None and 0 < steps <= MAX_STATIC_STEPS
+
+    def _unroll_native(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
+        """The C++ LSTM ops, over ``NATIVE_CHUNKS`` consecutive chunks of the sequence.
+
+        Each chunk has its own input projection and op pair, so in the backward pass the kernel and
+        projection gradients of a finished chunk run on the second core while the next chunk's
+        backward op runs on the first (one op per chunk is sequential by nature).
+        """
+        steps = inputs.shape[1]
+        chunks = NATIVE_CHUNKS if steps is not None and steps >= 8 * NATIVE_CHUNKS else 1
+        bounds = [round(i * steps / chunks) for i in range(chunks + 1)] if chunks > 1 else [0, None]
+        rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
+        h, c = state
+        outputs = []
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            x = tf.transpose(inputs[:, start:stop], [1, 0, 2])
+            proj = self._project_inputs(x)  # [T_k, B, 4U]
+            keep = tf.transpose(1.0 - reset[:, start:stop])[:, :, None]  # [T_k, B, 1]
+            hs, h, c = fastrnn.lstm_sequence(proj, keep, h, c, rk, native=True)
+            outputs.append(hs)
+        return (outputs[0] if chunks == 1 else tf.concat(outputs, axis=1)), (h, c)
 
     def _unroll_fused(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
         """:mod:`agents.fastrnn` kernels; time-major inside (the narrow inputs are transposed)."""
@@ -167,6 +212,17 @@ class RecurrentCore(keras.layers.Layer):
         states = tf.scan(body, (tf.transpose(proj, [1, 0, 2]), keep), initializer=tuple(state))
         outputs = tf.transpose(states[0], [1, 0, 2])
         return outputs, tuple(s[-1] for s in states)
+
+
+@functools.cache
+def _native_ok() -> bool:
+    """Whether the native ops load here (built on the first call); logs the reason once if not."""
+    ok, reason = native_ops.available()
+    if not ok:
+        log.warning(
+            "network.kernel=auto: native LSTM kernel unavailable (%s); using the graph kernel", reason
+        )
+    return ok
 
 
 def core_weights(core: RecurrentCore) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.cells import CELLS
+from agents.cells import CELLS, KERNELS
 from agents.networks import NetworkConfig
 from agents.rddpg import RDDPGConfig
 from agents.rdqn import RDQNConfig
@@ -120,6 +120,13 @@ def validate(config: Config) -> None:
     extras = ("prev_action", "prev_reward")
     _check(all(i in extras for i in n.inputs), "network.inputs", list(n.inputs), "any of " + "|".join(extras))
     _check(n.units >= 1, "network.units", n.units, "integers >= 1")
+    _check(n.kernel in KERNELS, "network.kernel", n.kernel, "|".join(KERNELS))
+    _check(
+        n.kernel != "native" or n.cell == "lstm",
+        "network.kernel",
+        n.kernel,
+        f"auto|graph|scan for cell={n.cell}",
+    )
     for key in ("pre_layers", "post_layers"):
         widths = list(getattr(n, key))
         _check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")

@@ -31,22 +31,46 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from agents import native as native_ops
+
 
 def lstm_sequence(
-    x: tf.Tensor, keep: tf.Tensor, h0: tf.Tensor, c0: tf.Tensor, rk: tf.Tensor
+    x: tf.Tensor, keep: tf.Tensor, h0: tf.Tensor, c0: tf.Tensor, rk: tf.Tensor, native: bool = False
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Keras-layout LSTM (gates i, f, c, o) over a sequence.
 
     Args:
-        x: ``[T, B, 4U]`` projected inputs (bias included); ``T`` static.
+        x: ``[T, B, 4U]`` projected inputs (bias included); ``T`` static unless ``native``.
         keep: ``[T, B, 1]``, 0 where the state is zeroed before the step.
         h0, c0: ``[B, U]`` state before step 0.
         rk: ``[U, 4U]`` recurrent kernel.
+        native: run the C++ ops of :mod:`agents.native` (one op per direction) instead of the
+            unrolled TF graph; raises :class:`agents.native.NativeUnavailable` if they cannot load.
 
     Returns:
         ``h`` of every step ``[B, T, U]``, and the final ``h``, ``c`` ``[B, U]``.
     """
+    if native:
+        return _lstm_native(x, keep, h0, c0, rk)
     return _lstm(x, keep, h0, c0, rk)
+
+
+def _lstm_native(x, keep, h0, c0, rk):
+    ops = native_ops.load()
+
+    @tf.custom_gradient
+    def run(x, keep, h0, c0, rk):
+        hs, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)  # time-major
+
+        def grad(dhs, dh_last, dc_last):
+            dhs = tf.zeros_like(hs) if dhs is None else tf.transpose(dhs, [1, 0, 2])
+            dh, dc = _zeros_if_none(dh_last, h0), _zeros_if_none(dc_last, c0)
+            dz, dh0, dc0, drk = ops.recurrl_lstm_backward(dhs, dh, dc, keep, rk, cs, act, cm, hm)
+            return dz, tf.zeros_like(keep), dh0, dc0, drk
+
+        return (tf.transpose(hs, [1, 0, 2]), hs[-1], cs[-1]), grad
+
+    return run(x, keep, h0, c0, rk)
 
 
 @tf.custom_gradient

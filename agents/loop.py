@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
+from agents import native
 from agents.actor import Actor, EpsilonGreedy, evaluate
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
@@ -145,6 +146,12 @@ def train(config: Config) -> dict:
     spec = describe_env(config.env)
     validate_for_env(config, spec)
     configure_tf_threads(config.train)
+    if config.network.kernel == "native":  # asked for explicitly: fail before anything is written
+        ok, reason = native.available()
+        if not ok:
+            raise ConfigError(
+                f"network.kernel=native is unavailable here ({reason}): allowed auto|graph|scan"
+            )
     run_dir = _prepare_run_dir(config)
     keras.utils.set_random_seed(config.seed)
     if config.train.deterministic:

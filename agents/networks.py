@@ -39,6 +39,9 @@ class NetworkConfig:
     obs_clip: float = 5.0
     # LayerNorm between each dense layer (pre, post) and its ReLU, as in PQN (Gallici et al. 2024).
     layer_norm: bool = False
+    # Learner's recurrence implementation: auto | native (C++ op, lstm only) | graph | scan
+    # (agents/cells.py). auto takes native for lstm where it builds, else graph, else scan.
+    kernel: str = "auto"
 
 
 LN_EPSILON = 1e-3
@@ -109,7 +112,7 @@ class RecurrentNetwork(keras.Model):
         self.output_dim = int(output_dim)
         ln = config.layer_norm
         self.pre = [DenseReLU(n, ln, name=f"pre_{i}") for i, n in enumerate(config.pre_layers)]
-        self.core = RecurrentCore(config.cell, config.units, config.reset_after, name="core")
+        self.core = RecurrentCore(config.cell, config.units, config.reset_after, config.kernel, name="core")
         self.post = [DenseReLU(n, ln, name=f"post_{i}") for i, n in enumerate(config.post_layers)]
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"

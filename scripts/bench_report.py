@@ -9,16 +9,17 @@ def _fmt(x, spec: str = ".1f") -> str:
 
 def format_learner(rows: list[dict], header: bool = True) -> str:
     head = (
-        f"{'shapes':7} {'agent':6} {'cell':5} {'U':>4} {'B':>3} {'GFLOP':>6} {'upd/s':>6} {'GEMM':>6} "
-        f"{'eff%':>5} {'cpu ms':>6} {'ref/s':>6} {'x ref':>5} {'ref ms':>6} {'keras/s':>7} {'x keras':>7} "
-        f"{'load':>4}"
+        f"{'shapes':7} {'agent':6} {'cell':5} {'U':>4} {'B':>3} {'kernel':6} {'GFLOP':>6} {'upd/s':>6} "
+        f"{'GEMM':>6} {'eff%':>5} {'cpu ms':>6} {'graph/s':>7} {'x graph':>7} {'ref/s':>6} {'x ref':>5} "
+        f"{'ref ms':>6} {'keras/s':>7} {'x keras':>7} {'load':>4}"
     )
     lines = [head] if header else []
     for r in rows:
         lines.append(
             f"{r['shapes']:7} {r['agent']:6} {r['cell']:5} {r['units']:>4} {r['batch_size']:>3} "
-            f"{r['flops_per_update'] / 1e9:>6.2f} {r['updates_per_s']:>6.1f} {r['gemm_gflops']:>6.1f} "
-            f"{r['efficiency_pct']:>5.1f} {r['cpu_ms_per_update']:>6.1f} "
+            f"{r['kernel']:6} {r['flops_per_update'] / 1e9:>6.2f} {r['updates_per_s']:>6.1f} "
+            f"{r['gemm_gflops']:>6.1f} {r['efficiency_pct']:>5.1f} {r['cpu_ms_per_update']:>6.1f} "
+            f"{_fmt(r['graph_updates_per_s']):>7} {_fmt(r['speedup_vs_graph'], '.2f'):>7} "
             f"{_fmt(r['reference_updates_per_s']):>6} {_fmt(r['speedup_vs_reference'], '.2f'):>5} "
             f"{_fmt(r['reference_cpu_ms_per_update']):>6} {_fmt(r['keras_updates_per_s']):>7} "
             f"{_fmt(r['speedup_vs_keras'], '.2f'):>7} {r['load_1min']:>4.1f}"
@@ -40,7 +41,8 @@ def format_table(result: dict) -> str:
         f"{g['gflops_start']:.1f} -> {g['gflops_end']:.1f} GFLOP/s",
         "",
         "learner: upd/s; GEMM = same-run fp32 GFLOP/s; eff% = GFLOP x upd/s / GEMM; cpu ms = process CPU",
-        "time per update; ref = the tf.scan reference path, keras = stock Keras LSTM/GRU step (same run)",
+        "time per update; kernel = network.kernel used; graph = the TF-graph kernel (agents/fastrnn.py),",
+        "ref = the tf.scan reference path, keras = stock Keras LSTM/GRU step (same run)",
         format_learner(result["learner"]),
         "",
     ]
@@ -83,12 +85,15 @@ def format_markdown(result: dict) -> str:
         f"{g['parallel_matmuls']} x {g['size']}^3 fp32 "
         f"{g['gflops_start']:.0f} -> {g['gflops_end']:.0f} GFLOP/s.",
         "",
-        "| shapes | agent | cell | U | B | L | GFLOP/update | updates/s | CPU ms/update | GEMM GFLOP/s "
-        "| eff. % | tf.scan updates/s (CPU ms) | x tf.scan wall / CPU | Keras updates/s (CPU ms) | load |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| shapes | agent | cell | U | B | L | kernel | GFLOP/update | updates/s | CPU ms/update "
+        "| GEMM GFLOP/s | eff. % | graph kernel updates/s (x) | tf.scan updates/s (CPU ms) "
+        "| x tf.scan wall / CPU | Keras updates/s (CPU ms) | load |",
+        "|---|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in result["learner"]:
-        ref = keras = ratio = "-"
+        ref = keras = ratio = graph = "-"
+        if r["graph_updates_per_s"] is not None:
+            graph = f"{r['graph_updates_per_s']:.1f} ({r['speedup_vs_graph']:.2f}x)"
         if r["reference_updates_per_s"] is not None:
             ref = f"{r['reference_updates_per_s']:.1f} ({r['reference_cpu_ms_per_update']:.1f})"
             cpu_ratio = r["reference_cpu_ms_per_update"] / r["cpu_ms_per_update"]
@@ -97,10 +102,10 @@ def format_markdown(result: dict) -> str:
             keras = f"{r['keras_updates_per_s']:.1f} ({r['keras_cpu_ms_per_update']:.1f})"
         lines.append(
             f"| {r['shapes']} | {r['agent']} | {r['cell']} | {r['units']} | {r['batch_size']} "
-            f"| {r['seq_len']} "
+            f"| {r['seq_len']} | {r['kernel']} "
             f"| {r['flops_per_update'] / 1e9:.2f} | {r['updates_per_s']:.1f} | {r['cpu_ms_per_update']:.1f} "
             f"| {r['gemm_gflops']:.0f} "
-            f"| {r['efficiency_pct']:.0f} | {ref} | {ratio} | {keras} | {r['load_1min']:.1f} |"
+            f"| {r['efficiency_pct']:.0f} | {graph} | {ref} | {ratio} | {keras} | {r['load_1min']:.1f} |"
         )
     t = result["target_update"]
     lines += [

@@ -188,18 +188,15 @@ def timed(fn: Callable[[], object], calls: int) -> tuple[float, float]:
     return calls / wall, 1e3 * cpu / calls
 
 
-def _build_learner(compose: Compose, overrides: list[str], fast: bool, seed: int):
-    config = compose(overrides)
+def _build_learner(compose: Compose, overrides: list[str], kernel: str | None, seed: int):
+    """The learner at ``overrides``, with ``network.kernel=kernel`` unless None."""
+    config = compose(overrides if kernel is None else [*overrides, f"network.kernel={kernel}"])
     spec = describe_env(config.env)
-    cells.FAST = fast  # read while the step is traced, i.e. at its first call below
-    try:
-        learner, _ = build_agent(config, spec, Counters())
-        batch = synthetic_batch(learner, spec, config.agent.batch_size, seed)
-        start = time.perf_counter()
-        learner.step(batch)
-        compile_s = time.perf_counter() - start
-    finally:
-        cells.FAST = True
+    learner, _ = build_agent(config, spec, Counters())
+    batch = synthetic_batch(learner, spec, config.agent.batch_size, seed)
+    start = time.perf_counter()
+    learner.step(batch)
+    compile_s = time.perf_counter() - start
     return config, spec, learner, batch, compile_s
 
 
@@ -207,11 +204,15 @@ def learner_row(
     compose: Compose, overrides: list[str], gemm: Gemm, rounds: int, calls: int, compare: bool, seed: int
 ) -> dict:
     """Updates/s of one learner shape, with GEMM rate (and reference paths) in interleaved rounds."""
-    config, spec, learner, batch, compile_s = _build_learner(compose, overrides, True, seed)
+    config, spec, learner, batch, compile_s = _build_learner(compose, overrides, None, seed)
+    kernel = learner.networks()[0].core.kernel_for(tf.zeros([1, learner.seq_len, 1]))
     cases = {"fast": lambda: learner.step(batch)}
     if compare:
-        ref = _build_learner(compose, overrides, False, seed)
+        ref = _build_learner(compose, overrides, "scan", seed)
         cases["reference"] = lambda: ref[2].step(ref[3])
+        if kernel == "native":  # the TF-graph kernel it replaces
+            graph = _build_learner(compose, overrides, "graph", seed)
+            cases["graph"] = lambda: graph[2].step(graph[3])
         if config.agent.kind == "rdqn" and config.network.cell in ("lstm", "gru"):
             keras_step = KerasStep(config, spec, learner.seq_len)
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
@@ -225,6 +226,7 @@ def learner_row(
             rates[key].append(rate)
             cpu[key].append(cpu_ms)
     row = _learner_row(config, learner, compile_s, median(gflops))
+    row["kernel"] = kernel
     ups = median(rates["fast"])
     flops = row["flops_per_update"]
     row.update(
@@ -233,7 +235,7 @@ def learner_row(
         achieved_gflops=flops * ups / 1e9,
         efficiency_pct=100 * flops * ups / 1e9 / row["gemm_gflops"],
     )
-    for key in ("reference", "keras"):
+    for key in ("reference", "graph", "keras"):
         if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
             row[f"{key}_cpu_ms_per_update"] = median(cpu[key])
@@ -261,9 +263,13 @@ def _learner_row(config: Config, learner, compile_s: float, gemm_gflops: float) 
         "achieved_gflops": None,
         "efficiency_pct": None,
         "compile_s": compile_s,
+        "kernel": None,
         "reference_updates_per_s": None,
         "reference_cpu_ms_per_update": None,
         "speedup_vs_reference": None,
+        "graph_updates_per_s": None,
+        "graph_cpu_ms_per_update": None,
+        "speedup_vs_graph": None,
         "keras_updates_per_s": None,
         "keras_cpu_ms_per_update": None,
         "speedup_vs_keras": None,
@@ -273,7 +279,7 @@ def _learner_row(config: Config, learner, compile_s: float, gemm_gflops: float) 
 
 def target_update_times(compose: Compose, overrides: list[str], rounds: int, calls: int) -> dict:
     """Per-call time of the fused soft update against per-variable eager assigns (same run)."""
-    config, _, learner, _, _ = _build_learner(compose, overrides, True, 0)
+    config, _, learner, _, _ = _build_learner(compose, overrides, None, 0)
     updater = learner.targets
     tau = float(config.agent.tau)
 

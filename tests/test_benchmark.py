@@ -20,7 +20,8 @@ LEARNER_KEYS = {
     "agent", "env", "cell", "units", "batch_size", "burn_in", "trace_length", "seq_len",
     "flops_per_update", "updates_per_s", "cpu_ms_per_update", "gemm_gflops", "achieved_gflops",
     "efficiency_pct", "compile_s", "reference_updates_per_s", "reference_cpu_ms_per_update",
-    "speedup_vs_reference", "keras_updates_per_s", "keras_cpu_ms_per_update", "speedup_vs_keras", "load_1min",
+    "speedup_vs_reference", "kernel", "graph_updates_per_s", "graph_cpu_ms_per_update", "speedup_vs_graph",
+    "keras_updates_per_s", "keras_cpu_ms_per_update", "speedup_vs_keras", "load_1min",
 }  # fmt: skip
 ACTING_KEYS = {
     "num_envs", "cell", "units", "raw_env_steps_per_s", "actor_env_steps_per_s",
@@ -83,6 +84,9 @@ def test_tiny_benchmark_writes_every_field(tmp_path: Path) -> None:
         ):
             assert _positive(row[key]), (key, row)
         assert (row["keras_updates_per_s"] is not None) == (row["agent"] == "rdqn")
+        # lstm rows run the native kernel and are compared with the TF-graph kernel they replace.
+        assert row["kernel"] == ("native" if row["cell"] == "lstm" else "graph")
+        assert (row["speedup_vs_graph"] is not None) == (row["kernel"] == "native")
     assert set(result["target_update"]) == TARGET_KEYS
     assert _positive(result["target_update"]["fused_ms_per_call"])
     assert [r["num_envs"] for r in result["acting"]] == [1, 2]

@@ -100,6 +100,8 @@ def test_image_trains_offline_as_non_root_into_mounted_runs(image, tmp_path):
     os.chown(runs, uid, uid)
     train = _tool("run", "--rm", "--network=none", "-v", f"{runs}:/runs", image, *SHORT_RUN, timeout=600)
     assert train.returncode == 0, f"training in the container failed:\n{_tail(train)}"
+    # The image has g++ and a prebuilt native LSTM op: the default kernel must not fall back.
+    assert "kernel unavailable" not in train.stdout + train.stderr, _tail(train)
 
     # Hydra's default run dir (runs/<env>-<agent>/<time>) lands in the /runs volume.
     progress_files = list(runs.glob("*/*/progress.csv"))

@@ -1,4 +1,4 @@
-"""The fused kernels (agents/fastrnn.py) equal the reference tf.scan path in values and gradients."""
+"""The fused kernels (native C++ ops, agents/fastrnn.py graph) equal the reference tf.scan path."""
 
 from __future__ import annotations
 
@@ -17,13 +17,16 @@ B, T, F, A = 3, 7, 5, 4
 
 
 @contextlib.contextmanager
-def reference_path():
-    """Trace the enclosed unrolls with the reference tf.scan path."""
-    cells.FAST = False
+def kernel(net, name: str):
+    """Trace the enclosed unrolls of ``net`` with ``network.kernel=name``."""
+    old, net.core.kernel = net.core.kernel, name
     try:
         yield
     finally:
-        cells.FAST = True
+        net.core.kernel = old
+
+
+FUSED = [("lstm", "native"), ("lstm", "graph"), ("gru", "graph")]
 
 
 def _case(cell: str, seed: int = 0):
@@ -52,12 +55,13 @@ def _values_and_grads(net, x, reset, state, weights, compiled: bool) -> list[np.
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_fused_equals_reference_in_values_and_gradients(cell: str, compiled: bool) -> None:
+@pytest.mark.parametrize(("cell", "name"), FUSED)
+def test_fused_equals_reference_in_values_and_gradients(cell: str, name: str, compiled: bool) -> None:
     net, x, reset, state, weights = _case(cell)
-    assert net.core._fast_ok(x)
-    fast = _values_and_grads(net, x, reset, state, weights, compiled)
-    with reference_path():
+    with kernel(net, name):
+        assert net.core.kernel_for(x) == name
+        fast = _values_and_grads(net, x, reset, state, weights, compiled)
+    with kernel(net, "scan"):
         ref = _values_and_grads(net, x, reset, state, weights, compiled)
     assert len(fast) == len(ref) == 2 + 2 * len(state) + len(net.trainable_variables)
     for a, b in zip(fast, ref, strict=True):
@@ -65,28 +69,35 @@ def test_fused_equals_reference_in_values_and_gradients(cell: str, compiled: boo
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
 
 
-def test_fallbacks_use_the_reference_path() -> None:
-    """Cells without a fused kernel, and unknown sequence lengths, take the tf.scan path."""
+def test_kernel_choice_and_fallbacks() -> None:
+    """auto takes native for lstm, graph for gru; other cells and unknown lengths take tf.scan."""
     for cell, reset_after in (("lstm_peephole", True), ("gru", False), ("mlp", True)):
         net = RecurrentNetwork(NetworkConfig(cell=cell, units=4, reset_after=reset_after), F, A, name="q")
-        assert not net.core._fast_ok(tf.zeros([B, T, 8]))
+        assert net.core.kernel_for(tf.zeros([B, T, 8])) == "scan"
+    gru = RecurrentNetwork(NetworkConfig(cell="gru", units=4), F, A, name="q")
+    assert gru.core.kernel_for(tf.zeros([B, T, 8])) == "graph"
     net = RecurrentNetwork(NetworkConfig(cell="lstm", units=4, pre_layers=[]), F, A, name="q")
-    assert not net.core._fast_ok(tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F]))
+    long = tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F])
+    assert net.core.kernel_for(long) == "native"  # auto, with the native ops built here
+    with kernel(net, "graph"):
+        assert net.core.kernel_for(long) == "scan"
+    with pytest.raises(ValueError, match="native"):
+        RecurrentNetwork(NetworkConfig(cell="gru", units=4, kernel="native"), F, A, name="q")
 
     @tf.function(input_signature=[tf.TensorSpec([B, None, F])])
     def dynamic(x):
-        assert not net.core._fast_ok(x)
         out, _ = net.unroll(x, net.initial_state(B), tf.zeros(tf.shape(x)[:2]))
         return out
 
-    assert dynamic(tf.zeros([B, T, F])).shape == (B, T, A)
+    with kernel(net, "graph"):
+        assert net.core.kernel_for(tf.TensorSpec([B, None, F])) == "scan"
+        assert dynamic(tf.zeros([B, T, F])).shape == (B, T, A)
 
 
-def _learner_after_updates(updates: int, cell: str = "lstm") -> tuple[list[np.ndarray], dict]:
+def _learner_after_updates(updates: int, cell: str, name: str) -> tuple[list[np.ndarray], dict]:
     keras.utils.set_random_seed(3)
-    learner = RDQNLearner(
-        RDQNConfig(batch_size=4, n_step=2), NetworkConfig(cell=cell, units=8, pre_layers=[8]), 3, 2, 2, 5
-    )
+    network = NetworkConfig(cell=cell, units=8, pre_layers=[8], kernel=name)
+    learner = RDQNLearner(RDQNConfig(batch_size=4, n_step=2), network, 3, 2, 2, 5)
     rng = np.random.default_rng(0)
     b, length = 4, learner.seq_len
     first = np.zeros((b, length), np.float32)
@@ -107,12 +118,11 @@ def _learner_after_updates(updates: int, cell: str = "lstm") -> tuple[list[np.nd
     return [np.asarray(v) for v in variables], metrics
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_learner_updates_match_reference_path(cell: str) -> None:
+@pytest.mark.parametrize(("cell", "name"), FUSED)
+def test_learner_updates_match_reference_path(cell: str, name: str) -> None:
     """Three rdqn updates (burn-in, resets, double Q, n_step tail, target EMA) land on the same weights."""
-    fast_weights, fast_metrics = _learner_after_updates(3, cell)
-    with reference_path():
-        ref_weights, ref_metrics = _learner_after_updates(3, cell)
+    fast_weights, fast_metrics = _learner_after_updates(3, cell, name)
+    ref_weights, ref_metrics = _learner_after_updates(3, cell, "scan")
     for a, b in zip(fast_weights, ref_weights, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     for key in ("loss", "q_mean", "grad_norm", "td_error"):
@@ -127,8 +137,8 @@ def test_backward_transpose_is_materialised_and_exact() -> None:
     np.testing.assert_array_equal(_transpose(rk), tf.transpose(rk))
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_tail_without_backward_gives_the_same_gradients(fast: bool) -> None:
+@pytest.mark.parametrize("name", ["native", "graph", "scan"])
+def test_tail_without_backward_gives_the_same_gradients(name: str) -> None:
     """rdqn's split unroll: gradients through the trace equal those of one unroll over trace + tail.
 
     The tail (the last n_step rows) only feeds an argmax, so unrolling it from the trace's stopped
@@ -154,11 +164,8 @@ def test_tail_without_backward_gives_the_same_gradients(fast: bool) -> None:
         whole = tape.gradient(loss_whole, net.trainable_variables)
         return q_split, q_whole, split, whole
 
-    cells.FAST = fast
-    try:
+    with kernel(net, name):
         q_split, q_whole, split, whole = tf.function(split_and_whole)()
-    finally:
-        cells.FAST = True
     np.testing.assert_allclose(q_split, q_whole, rtol=1e-5, atol=2e-6)
     for a, b in zip(split, whole, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)

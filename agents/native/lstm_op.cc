@@ -1,0 +1,258 @@
+// Fused LSTM sequence kernels (forward and backward) as TensorFlow CPU ops.
+//
+// The TF-graph kernels of agents/fastrnn.py run ~13 small ops per LSTM step; at the learner's
+// shapes ([32, 128] x [128, 512]) TF's per-op cost is as large as the work. These ops run the whole
+// recurrence of a sequence inside one kernel: per step one GEMM (Eigen, single-threaded; the
+// learner's target and online unrolls run as separate ops on TF's inter-op threads) and vectorised
+// elementwise loops. Keras LSTMCell layout: gates i, f, c (here g), o.
+//
+//   forward, per step:  hm = keep_t h;  cm = keep_t c;  z = x_t + hm U;
+//                       i, f, o = sigmoid(z_i, z_f, z_o);  g = tanh(z_g);
+//                       c = f cm + i g;  h = o tanh(c)
+//   backward, per step: dz from dh, dc and the saved gates;  dh' = keep_t dz U^T;  dc' = keep_t f dc
+//   dU = [hm_0 ... hm_T-1]^T [dz_0 ... dz_T-1] is left to the caller: one large TF matmul (or two,
+//   one per core), from the forward op's hm output and this op's dz.
+//
+// Built on first use by agents/native/__init__.py (g++ against the installed TF's headers).
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "Eigen/Core"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::errors::InvalidArgument;
+namespace shape_inference = tensorflow::shape_inference;
+
+using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatMap = Eigen::Map<Mat>;
+using ConstMatMap = Eigen::Map<const Mat>;
+using Arr = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ArrMap = Eigen::Map<Arr>;
+using ConstArrMap = Eigen::Map<const Arr>;
+using Col = Eigen::Array<float, Eigen::Dynamic, 1>;
+using ConstColMap = Eigen::Map<const Col>;
+
+// Steps per block of the kernel-gradient GEMM in the backward op: [U, kBlock * B] x [kBlock * B, 4U].
+constexpr int64_t kBlock = 8;
+
+// sigmoid(a) = (1 + tanh(a / 2)) / 2: Eigen's vectorised float tanh serves both activations.
+template <typename Expr>
+auto Sigmoid(const Expr& a) {
+  return (a * 0.5f).tanh() * 0.5f + 0.5f;
+}
+
+}  // namespace
+
+REGISTER_OP("RecurrlLstmForward")
+    .Input("x: float")     // [T, B, 4U] projected inputs, bias included
+    .Input("keep: float")  // [T, B, 1] 0 where the state is zeroed before the step
+    .Input("h0: float")    // [B, U]
+    .Input("c0: float")    // [B, U]
+    .Input("rk: float")    // [U, 4U] recurrent kernel
+    .Output("hs: float")   // [T, B, U] h after each step
+    .Output("cs: float")   // [T, B, U] c after each step
+    .Output("act: float")  // [T, B, 4U] gate activations i, f, g, o (for the backward op)
+    .Output("hm: float")   // [T, B, U] keep_t h_{t-1}: the state each step's matmul saw
+    .Output("cm: float")   // [T, B, U] keep_t c_{t-1}
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      shape_inference::ShapeHandle x, h0;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &h0));
+      auto hs = c->MakeShape({c->Dim(x, 0), c->Dim(x, 1), c->Dim(h0, 1)});
+      c->set_output(0, hs);
+      c->set_output(1, hs);
+      c->set_output(2, x);
+      c->set_output(3, hs);
+      c->set_output(4, hs);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("RecurrlLstmBackward")
+    .Input("dhs: float")      // [T, B, U] gradient of hs
+    .Input("dh_last: float")  // [B, U] gradient of the final h (besides dhs[T-1])
+    .Input("dc_last: float")  // [B, U] gradient of the final c
+    .Input("keep: float")     // [T, B, 1]
+    .Input("rk: float")       // [U, 4U]
+    .Input("cs: float")       // forward outputs
+    .Input("act: float")
+    .Input("cm: float")
+    .Input("hm: float")
+    .Output("dz: float")   // [T, B, 4U] gradient of the pre-activations (= of x)
+    .Output("dh0: float")  // [B, U]
+    .Output("dc0: float")  // [B, U]
+    .Output("drk: float")  // [U, 4U] gradient of the recurrent kernel
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(6));
+      c->set_output(1, c->input(1));
+      c->set_output(2, c->input(2));
+      c->set_output(3, c->input(4));
+      return absl::OkStatus();
+    });
+
+class LstmForwardOp : public OpKernel {
+ public:
+  explicit LstmForwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& keep = ctx->input(1);
+    const Tensor& h0 = ctx->input(2);
+    const Tensor& c0 = ctx->input(3);
+    const Tensor& rk = ctx->input(4);
+    OP_REQUIRES(ctx, x.dims() == 3 && rk.dims() == 2 && h0.dims() == 2,
+                InvalidArgument("x must be [T, B, 4U], h0 [B, U], rk [U, 4U]"));
+    const int64_t T = x.dim_size(0), B = x.dim_size(1), U = rk.dim_size(0), G = 4 * U;
+    OP_REQUIRES(ctx, x.dim_size(2) == G && rk.dim_size(1) == G,
+                InvalidArgument("x's last dim and rk's columns must be 4 * units"));
+    OP_REQUIRES(ctx, h0.dim_size(0) == B && h0.dim_size(1) == U && c0.shape() == h0.shape(),
+                InvalidArgument("h0 and c0 must be [B, U]"));
+    OP_REQUIRES(ctx, keep.NumElements() == T * B, InvalidArgument("keep must be [T, B, 1]"));
+
+    Tensor *hs_t, *cs_t, *act_t, *hm_t, *cm_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({T, B, U}), &hs_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({T, B, U}), &cs_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({T, B, G}), &act_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({T, B, U}), &hm_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({T, B, U}), &cm_t));
+    if (T == 0 || B == 0 || U == 0) return;
+
+    const float* xp = x.flat<float>().data();
+    const float* kp = keep.flat<float>().data();
+    float* hsp = hs_t->flat<float>().data();
+    float* csp = cs_t->flat<float>().data();
+    float* actp = act_t->flat<float>().data();
+    float* hmp = hm_t->flat<float>().data();
+    float* cmp = cm_t->flat<float>().data();
+    ConstMatMap rkm(rk.flat<float>().data(), U, G);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* hprev = t ? hsp + (t - 1) * B * U : h0.flat<float>().data();
+      const float* cprev = t ? csp + (t - 1) * B * U : c0.flat<float>().data();
+      ConstColMap k(kp + t * B, B);
+      MatMap hm(hmp + t * B * U, B, U);
+      ArrMap cm(cmp + t * B * U, B, U);
+      hm.array() = ConstArrMap(hprev, B, U).colwise() * k;
+      cm = ConstArrMap(cprev, B, U).colwise() * k;
+      MatMap z(actp + t * B * G, B, G);
+      z = ConstMatMap(xp + t * B * G, B, G);
+      z.noalias() += hm * rkm;
+      ArrMap za(z.data(), B, G);
+      za.leftCols(2 * U) = Sigmoid(za.leftCols(2 * U));
+      za.middleCols(2 * U, U) = za.middleCols(2 * U, U).tanh();
+      za.rightCols(U) = Sigmoid(za.rightCols(U));
+      ArrMap c(csp + t * B * U, B, U);
+      c = za.middleCols(U, U) * cm + za.leftCols(U) * za.middleCols(2 * U, U);
+      ArrMap(hsp + t * B * U, B, U) = za.rightCols(U) * c.tanh();
+    }
+  }
+};
+
+class LstmBackwardOp : public OpKernel {
+ public:
+  explicit LstmBackwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dhs = ctx->input(0);
+    const Tensor& dh_last = ctx->input(1);
+    const Tensor& dc_last = ctx->input(2);
+    const Tensor& keep = ctx->input(3);
+    const Tensor& rk = ctx->input(4);
+    const Tensor& cs = ctx->input(5);
+    const Tensor& act = ctx->input(6);
+    const Tensor& cm_in = ctx->input(7);
+    const Tensor& hm_in = ctx->input(8);
+    OP_REQUIRES(ctx, act.dims() == 3 && rk.dims() == 2, InvalidArgument("act must be [T, B, 4U]"));
+    const int64_t T = act.dim_size(0), B = act.dim_size(1), U = rk.dim_size(0), G = 4 * U;
+    const TensorShape tbu({T, B, U});
+    OP_REQUIRES(ctx, act.dim_size(2) == G && dhs.shape() == tbu && cs.shape() == tbu &&
+                         cm_in.shape() == tbu && hm_in.shape() == tbu && dh_last.shape() == TensorShape({B, U}) &&
+                         dc_last.shape() == dh_last.shape() && keep.NumElements() == T * B,
+                InvalidArgument("LSTM backward: inconsistent shapes"));
+
+    Tensor *dz_t, *dh0_t, *dc0_t, *drk_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, act.shape(), &dz_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, dh_last.shape(), &dh0_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, dc_last.shape(), &dc0_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, rk.shape(), &drk_t));
+    MatMap drk(drk_t->flat<float>().data(), U, G);
+    drk.setZero();
+    if (B == 0 || U == 0) return;
+
+    const float* kp = keep.flat<float>().data();
+    const float* csp = cs.flat<float>().data();
+    const float* actp = act.flat<float>().data();
+    const float* cmp = cm_in.flat<float>().data();
+    const float* dhsp = dhs.flat<float>().data();
+    float* dzp = dz_t->flat<float>().data();
+    const Mat rk_t = ConstMatMap(rk.flat<float>().data(), U, G).transpose();  // [4U, U]
+
+    Arr dh = ConstArrMap(dh_last.flat<float>().data(), B, U);
+    Arr dc = ConstArrMap(dc_last.flat<float>().data(), B, U);
+    Arr tc(B, U);
+    Mat dhm(B, U);
+
+    // dU = sum_t hm_t^T dz_t is accumulated by a helper thread over blocks of kBlock finished steps
+    // while this thread runs the (sequential) recurrence: on a machine whose other cores idle
+    // during the backward loop, the kernel gradient comes for free.
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t done_from = T;  // dz of steps >= done_from is written (guarded by mu)
+    std::thread helper([&] {
+      const float* hmp = hm_in.flat<float>().data();
+      for (int64_t hi = T; hi > 0;) {
+        const int64_t lo = (hi - 1) / kBlock * kBlock;  // blocks end where the loop notifies
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return done_from <= lo; });
+        }
+        drk.noalias() += ConstMatMap(hmp + lo * B * U, (hi - lo) * B, U).transpose() *
+                         ConstMatMap(dzp + lo * B * G, (hi - lo) * B, G);
+        hi = lo;
+      }
+    });
+
+    for (int64_t t = T - 1; t >= 0; --t) {
+      ConstColMap k(kp + t * B, B);
+      ConstArrMap a(actp + t * B * G, B, G);
+      ConstArrMap cm(cmp + t * B * U, B, U);
+      const auto i = a.leftCols(U);
+      const auto f = a.middleCols(U, U);
+      const auto g = a.middleCols(2 * U, U);
+      const auto o = a.rightCols(U);
+      tc = ConstArrMap(csp + t * B * U, B, U).tanh();
+      dh += ConstArrMap(dhsp + t * B * U, B, U);
+      dc += dh * o * (1.0f - tc * tc);
+      ArrMap dz(dzp + t * B * G, B, G);
+      dz.leftCols(U) = dc * g * i * (1.0f - i);
+      dz.middleCols(U, U) = dc * cm * f * (1.0f - f);
+      dz.middleCols(2 * U, U) = dc * i * (1.0f - g * g);
+      dz.rightCols(U) = dh * tc * o * (1.0f - o);
+      dhm.noalias() = MatMap(dz.data(), B, G) * rk_t;
+      dh = dhm.array().colwise() * k;
+      dc = (dc * f).colwise() * k;
+      if (t % kBlock == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        done_from = t;
+        cv.notify_one();
+      }
+    }
+    helper.join();
+    ArrMap(dh0_t->flat<float>().data(), B, U) = dh;
+    ArrMap(dc0_t->flat<float>().data(), B, U) = dc;
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("RecurrlLstmForward").Device(DEVICE_CPU), LstmForwardOp);
+REGISTER_KERNEL_BUILDER(Name("RecurrlLstmBackward").Device(DEVICE_CPU), LstmBackwardOp);

@@ -1,0 +1,122 @@
+"""The native LSTM ops (agents/native): equal to the TF-graph kernel, any length, built once, optional."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents import fastrnn, native
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _inputs(steps: int, batch: int, units: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(steps, batch, 4 * units)).astype(np.float32))
+    keep = tf.constant((rng.random((steps, batch, 1)) > 0.2).astype(np.float32))
+    h0, c0 = (tf.constant(rng.normal(size=(batch, units)).astype(np.float32)) for _ in range(2))
+    rk = tf.constant(0.3 * rng.normal(size=(units, 4 * units)).astype(np.float32))
+    w = tf.constant(rng.normal(size=(batch, steps, units)).astype(np.float32))
+    return x, keep, h0, c0, rk, w
+
+
+def _run(inputs, use_native: bool) -> list[np.ndarray]:
+    x, keep, h0, c0, rk, w = inputs
+    with tf.GradientTape() as tape:
+        tape.watch([x, h0, c0, rk])
+        hs, h, c = fastrnn.lstm_sequence(x, keep, h0, c0, rk, native=use_native)
+        loss = tf.reduce_sum(hs * w) + tf.reduce_sum(h * h) + tf.reduce_sum(tf.sin(c))
+    return [np.asarray(v) for v in (hs, h, c, *tape.gradient(loss, [x, h0, c0, rk]))]
+
+
+@pytest.mark.parametrize(("steps", "batch", "units"), [(1, 1, 3), (7, 3, 5), (19, 4, 16), (300, 2, 8)])
+def test_native_equals_graph_kernel(steps: int, batch: int, units: int) -> None:
+    """Values and all gradients (x, h0, c0, recurrent kernel), including lengths that are not a
+    multiple of the op's kernel-gradient block and one longer than the graph kernel's limit."""
+    inputs = _inputs(steps, batch, units)
+    got = _run(inputs, use_native=True)
+    want = _run(inputs, use_native=False)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+def test_native_runs_with_an_unknown_length() -> None:
+    x, keep, h0, c0, rk, _ = _inputs(6, 2, 4)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 2, 16]), tf.TensorSpec([None, 2, 1])])
+    def unroll(x, keep):
+        return fastrnn.lstm_sequence(x, keep, h0, c0, rk, native=True)[0]
+
+    np.testing.assert_allclose(unroll(x, keep), _run(_inputs(6, 2, 4), False)[0], rtol=2e-5, atol=2e-5)
+    assert unroll(x[:3], keep[:3]).shape == (2, 3, 4)
+
+
+def test_the_op_rejects_inconsistent_shapes() -> None:
+    ops = native.load()
+    x, keep, h0, c0, rk, _ = _inputs(3, 2, 4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="4 \\* units"):
+        ops.recurrl_lstm_forward(x[:, :, :-1], keep, h0, c0, rk)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="h0 and c0"):
+        ops.recurrl_lstm_forward(x, keep, h0[:1], c0, rk)
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_build_is_cached_and_keyed(tmp_path: Path) -> None:
+    """A fresh cache builds one library; the next process loads it without building."""
+    env = {**os.environ, "RECURRL_CACHE_DIR": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    code = "import logging; logging.basicConfig(level=logging.INFO); from agents import native; native.load()"
+    first = _python(code, env)
+    assert first.returncode == 0, first.stderr
+    assert "built lstm_op.cc" in first.stderr
+    (lib,) = tmp_path.glob("lstm_op-tf*.so")
+    second = _python(code, env)
+    assert second.returncode == 0 and "built" not in second.stderr
+    assert list(tmp_path.glob("*.so")) == [lib]
+
+
+def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path) -> None:
+    """No compiler and no cached library: auto warns and uses the graph kernel; an explicit
+    ``network.kernel=native`` fails with a one-line config error before anything is written."""
+    env = {
+        **os.environ,
+        "RECURRL_CACHE_DIR": str(tmp_path / "cache"),
+        "TMPDIR": str(tmp_path / "tmp"),
+        "CXX": "no-such-compiler",
+        "PATH": str(tmp_path),  # no g++ either
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    (tmp_path / "tmp").mkdir()
+    code = (
+        "import tensorflow as tf\n"
+        "from agents.networks import NetworkConfig, RecurrentNetwork\n"
+        "net = RecurrentNetwork(NetworkConfig(units=4), 3, 2, name='q')\n"
+        "print('kernel', net.core.kernel_for(tf.zeros([2, 5, 3])))\n"
+    )
+    auto = _python(code, env)
+    assert auto.returncode == 0, auto.stderr
+    assert "kernel graph" in auto.stdout
+    assert "native LSTM kernel unavailable (no C++ compiler" in auto.stderr
+    run_dir = tmp_path / "run"
+    refused = subprocess.run(
+        [sys.executable, "-m", "scripts.train", "network.kernel=native", f"run_dir={run_dir}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode != 0
+    assert "network.kernel=native is unavailable here (no C++ compiler" in refused.stderr
+    assert not run_dir.exists()
