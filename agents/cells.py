@@ -41,8 +41,6 @@ CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
 KERNELS = ("auto", "native", "graph", "scan")
 # Longer sequences leave the graph kernel: it puts every step in the graph (trace time grows).
 MAX_STATIC_STEPS = 256
-# The native kernel splits a sequence of static length >= 8 * NATIVE_CHUNKS into this many chunks.
-NATIVE_CHUNKS = 1
 State = tuple[tf.Tensor, ...]
 
 
@@ -167,25 +165,12 @@ class RecurrentCore(keras.layers.Layer):
         return kind_ok and steps is not None and 0 < steps <= MAX_STATIC_STEPS
 
     def _unroll_native(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """The C++ LSTM ops, over ``NATIVE_CHUNKS`` consecutive chunks of the sequence.
-
-        Each chunk has its own input projection and op pair, so in the backward pass the kernel and
-        projection gradients of a finished chunk run on the second core while the next chunk's
-        backward op runs on the first (one op per chunk is sequential by nature).
-        """
-        steps = inputs.shape[1]
-        chunks = NATIVE_CHUNKS if steps is not None and steps >= 8 * NATIVE_CHUNKS else 1
-        bounds = [round(i * steps / chunks) for i in range(chunks + 1)] if chunks > 1 else [0, None]
+        """The C++ LSTM ops (:mod:`agents.native`), any length; time-major inside."""
+        proj = self._project_inputs(tf.transpose(inputs, [1, 0, 2]))  # [T, B, 4U]
+        keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
         rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
-        h, c = state
-        outputs = []
-        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
-            x = tf.transpose(inputs[:, start:stop], [1, 0, 2])
-            proj = self._project_inputs(x)  # [T_k, B, 4U]
-            keep = tf.transpose(1.0 - reset[:, start:stop])[:, :, None]  # [T_k, B, 1]
-            hs, h, c = fastrnn.lstm_sequence(proj, keep, h, c, rk, native=True)
-            outputs.append(hs)
-        return (outputs[0] if chunks == 1 else tf.concat(outputs, axis=1)), (h, c)
+        hs, h, c = fastrnn.lstm_sequence(proj, keep, state[0], state[1], rk, native=True)
+        return hs, (h, c)
 
     def _unroll_fused(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
         """:mod:`agents.fastrnn` kernels; time-major inside (the narrow inputs are transposed)."""
