@@ -120,3 +120,17 @@ def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path
     assert refused.returncode != 0
     assert "network.kernel=native is unavailable here (no C++ compiler" in refused.stderr
     assert not run_dir.exists()
+
+
+def test_native_drifts_from_the_reference_no_more_than_the_graph_kernel() -> None:
+    """Over 150 rdqn updates round-off compounds; the native kernel must stay as close to the
+    tf.scan reference as the graph kernel does (a wrong gradient term would drift much faster)."""
+    from tests.test_fastrnn import _learner_after_updates
+
+    weights = {name: _learner_after_updates(150, "lstm", name)[0] for name in ("native", "graph", "scan")}
+
+    def drift(name: str) -> float:
+        diffs = [np.abs(a - b).mean() for a, b in zip(weights[name], weights["scan"], strict=True)]
+        return float(np.mean(diffs))
+
+    assert drift("native") <= 3.0 * max(drift("graph"), 1e-9), (drift("native"), drift("graph"))
