@@ -8,7 +8,7 @@ installed TensorFlow's headers (``tf.sysconfig``), about 10 s once, and cached u
 the source, TensorFlow version, flags and CPU, so a changed machine or TF rebuilds instead of
 loading a stale library. A cached library loads without a compiler.
 
-``python -m agents.native`` builds (or finds) the library and prints its path: the Docker image runs
+``python -m agents.native`` builds (or finds) the library and says whether it loads: the Docker image runs
 it at build time. Where no compiler exists, :func:`load` raises :class:`NativeUnavailable` and
 ``network.kernel=auto`` falls back to the TF-graph kernels of :mod:`agents.fastrnn`.
 """
