@@ -142,10 +142,8 @@ class RecurrentCore(keras.layers.Layer):
             outputs ``[B, T, U]`` and the state after the last step.
         """
         kernel = self.kernel_for(inputs)
-        if kernel == "native":
-            return self._unroll_native(inputs, state, reset)
-        if kernel == "graph":
-            return self._unroll_fused(inputs, state, reset)
+        if kernel in ("native", "graph"):
+            return self._unroll_fused(inputs, state, reset, native=kernel == "native")
         proj = self._project_inputs(inputs)
         if self.cell_kind == "mlp":
             return proj, ()
@@ -164,21 +162,16 @@ class RecurrentCore(keras.layers.Layer):
         kind_ok = self.cell_kind == "lstm" or (self.cell_kind == "gru" and self.reset_after)
         return kind_ok and steps is not None and 0 < steps <= MAX_STATIC_STEPS
 
-    def _unroll_native(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """The C++ LSTM ops (:mod:`agents.native`), any length; time-major inside."""
-        proj = self._project_inputs(tf.transpose(inputs, [1, 0, 2]))  # [T, B, 4U]
-        keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
-        rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
-        hs, h, c = fastrnn.lstm_sequence(proj, keep, state[0], state[1], rk, native=True)
-        return hs, (h, c)
-
-    def _unroll_fused(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """:mod:`agents.fastrnn` kernels; time-major inside (the narrow inputs are transposed)."""
+    def _unroll_fused(
+        self, inputs: tf.Tensor, state: State, reset: tf.Tensor, native: bool = False
+    ) -> tuple[tf.Tensor, State]:
+        """:mod:`agents.fastrnn` kernels (``native``: the C++ LSTM ops of :mod:`agents.native`);
+        time-major inside (the narrow inputs are transposed)."""
         proj = self._project_inputs(tf.transpose(inputs, [1, 0, 2]))  # [T, B, G]
         keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
         rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
         if self.cell_kind == "lstm":
-            hs, h, c = fastrnn.lstm_sequence(proj, keep, state[0], state[1], rk)
+            hs, h, c = fastrnn.lstm_sequence(proj, keep, state[0], state[1], rk, native=native)
             return hs, (h, c)
         rb = tf.convert_to_tensor(self.cell.bias)[1]
         hs, h = fastrnn.gru_sequence(proj, keep, state[0], rk, rb)

@@ -112,7 +112,7 @@ def load() -> ModuleType:
 
 
 def available() -> tuple[bool, str]:
-    """``(True, path-or-"")`` if the native ops load here, else ``(False, reason)``."""
+    """``(True, "")`` if the native ops load here (building them if needed), else ``(False, reason)``."""
     try:
         load()
     except NativeUnavailable as exc:

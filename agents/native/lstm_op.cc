@@ -10,8 +10,8 @@
 //                       i, f, o = sigmoid(z_i, z_f, z_o);  g = tanh(z_g);
 //                       c = f cm + i g;  h = o tanh(c)
 //   backward, per step: dz from dh, dc and the saved gates;  dh' = keep_t dz U^T;  dc' = keep_t f dc
-//   dU = [hm_0 ... hm_T-1]^T [dz_0 ... dz_T-1] is left to the caller: one large TF matmul (or two,
-//   one per core), from the forward op's hm output and this op's dz.
+//   dU = [hm_0 ... hm_T-1]^T [dz_0 ... dz_T-1]: accumulated by a helper thread of the backward op
+//   over blocks of finished steps, while the sequential loop goes on.
 //
 // Built on first use by agents/native/__init__.py (g++ against the installed TF's headers).
 
