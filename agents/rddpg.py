@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -34,6 +33,7 @@ from agents.exploration import (
     step_features,
 )
 from agents.networks import NetworkConfig, NumpyNetwork, split_state
+from agents.optim import FusedAdam
 from agents.returns import masked_mean, n_step_targets
 from agents.target import TargetUpdater
 
@@ -139,8 +139,8 @@ class RDDPGLearner:
         else:
             self.actor_variables = list(self.online_actor.trainable_variables)
             self.critic_variables = list(self.online_critic.trainable_variables)
-        self.actor_optimizer = keras.optimizers.Adam(learning_rate=config.actor_lr or config.lr)
-        self.critic_optimizer = keras.optimizers.Adam(learning_rate=config.critic_lr or config.lr)
+        self.actor_optimizer = FusedAdam(learning_rate=config.actor_lr or config.lr)
+        self.critic_optimizer = FusedAdam(learning_rate=config.critic_lr or config.lr)
         self.actor_optimizer.build(self.actor_variables)
         self.critic_optimizer.build(self.critic_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from agents.exploration import feature_width, step_features
 from agents.networks import NetworkConfig, RecurrentNetwork, split_state
+from agents.optim import FusedAdam
 from agents.returns import huber, masked_mean, n_step_targets
 from agents.target import TargetUpdater
 
@@ -80,7 +80,7 @@ class RDQNLearner:
         self.target_q = RecurrentNetwork(network, in_dim, num_actions, name="target_q", norm_dim=obs_dim)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
         self.targets.copy()  # the first TD targets must come from the same function as Q
-        self.optimizer = keras.optimizers.Adam(learning_rate=config.lr)
+        self.optimizer = FusedAdam(learning_rate=config.lr)
         self.optimizer.build(self.online_q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.state_dim = sum(self.online_q.state_sizes)
