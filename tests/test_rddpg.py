@@ -308,6 +308,10 @@ def test_rddpg_presets_compose_and_reject_typos():
     # Every agent preset turns LayerNorm on in its dense layers; the schema default stays off.
     assert default.network.layer_norm and rtd3.network.layer_norm and rddpg.network.layer_norm
     assert NetworkConfig().layer_norm is False
+    # Each agent preset sets its own replay ratio and budget; an agent switch drops the other's.
+    assert (default.train.updates_per_step, default.train.total_env_steps) == (0.25, 50_000)
+    assert rtd3.train.updates_per_step == rddpg.train.updates_per_step == 1.0
+    assert rtd3.train.total_env_steps == rddpg.train.total_env_steps == 15_000
     for config in (rtd3, rddpg):
         validate(config)
         validate_for_env(config, describe_env(config.env))
