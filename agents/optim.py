@@ -3,8 +3,8 @@
 Keras 3's ``Adam.update_step`` builds about 20 graph ops per variable (casts, powers, the moment
 updates, the step); TensorFlow's ``ResourceApplyAdam`` kernel does the same arithmetic in one op
 (``m += (g - m)(1 - b1)``, ``v += (g^2 - v)(1 - b2)``, ``w -= lr_t m / (sqrt(v) + eps)`` with
-``lr_t = lr sqrt(1 - b2^t) / (1 - b1^t)``, in that order). With ~10 variables per network that is
-~200 fewer ops for the graph executor to schedule on every update.
+``lr_t = lr sqrt(1 - b2^t) / (1 - b1^t)``, in that order). The canonical rdqn update (LSTM-128,
+9 variables) drops from 1308 to 994 graph ops.
 
 :class:`FusedAdam` keeps Keras' variables (``iterations``, momentums, velocities), so checkpoints,
 ``build`` and ``apply`` are those of ``keras.optimizers.Adam``; only the per-variable update differs.
@@ -19,11 +19,13 @@ import tensorflow as tf
 class FusedAdam(keras.optimizers.Adam):
     """``keras.optimizers.Adam`` whose update runs ``ResourceApplyAdam`` (TensorFlow backend).
 
-    Only plain Adam is fused: with ``amsgrad`` it falls back to Keras' own update.
+    Only plain float32 Adam outside a ``tf.distribute`` strategy is fused; with ``amsgrad``, other
+    dtypes or a strategy it falls back to Keras' own update.
     """
 
     def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate) -> None:
-        if self.amsgrad:
+        plain = all(v.dtype == "float32" for v in trainable_variables)
+        if self.amsgrad or not plain or tf.distribute.has_strategy():
             super()._backend_update_step(grads, trainable_variables, learning_rate)
             return
         dtype = tf.float32

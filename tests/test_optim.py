@@ -44,6 +44,19 @@ def test_fused_adam_amsgrad_falls_back_to_keras() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+def test_fused_adam_float64_falls_back_to_keras() -> None:
+    def run(optimizer: keras.optimizers.Optimizer) -> np.ndarray:
+        variable = keras.Variable(np.ones(4), dtype="float64")
+        optimizer.build([variable])
+        for _ in range(3):
+            optimizer.apply([tf.constant([0.5, -1.0, 2.0, 1e-3], tf.float64)], [variable])
+        return np.asarray(variable)
+
+    ref = run(keras.optimizers.Adam())
+    np.testing.assert_array_equal(run(FusedAdam()), ref)
+    assert ref.dtype == np.float64 and not np.array_equal(ref, np.ones(4))
+
+
 def test_fused_adam_restores_a_keras_adam_checkpoint(tmp_path) -> None:
     variables = [keras.Variable(np.ones(s, np.float32)) for s in SHAPES]
     saved = keras.optimizers.Adam()
