@@ -9,11 +9,13 @@ kernel gradient as one large matmul over all steps::
     backward, per step:  dz_t from per-step factors;  dh' = keep_t (dz_t U^T + ...)
     after the loop:      dU = [h'_0 ... h'_T-1]^T [dz_0 ... dz_T-1]    (one [U, T*B] x [T*B, G] matmul)
 
-Inputs are time-major and already projected (``x_t = inputs_t W + b``: one large matmul done by the
-caller, differentiated by autodiff). ``keep`` is ``1 - reset``: the state is zeroed before a step
-that starts an episode. Outputs are batch-major ``[B, T, U]``. Loops are unrolled statically (the
-learner's sequence lengths are fixed by its input signature), so the graph has no loop-control ops
-and the executor overlaps independent work (e.g. the target and online unrolls) on both cores.
+Inputs are time-major. The input projection ``x_t = inputs_t W + b`` of all steps is one large
+matmul (differentiated by autodiff for the graph kernels; for ``native`` the backward op computes
+its gradients on a helper thread while its sequential loop runs). ``keep`` is ``1 - reset``: the
+state is zeroed before a step that starts an episode. Outputs are batch-major ``[B, T, U]``. Loops
+are unrolled statically (the learner's sequence lengths are fixed by its input signature), so the
+graph has no loop-control ops and the executor overlaps independent work (e.g. the target and
+online unrolls) on both cores.
 
 The forward pass only runs the recurrence (13 ops per LSTM step) and keeps its intermediate
 tensors; the backward factors (sigmoid and tanh derivatives, ``[g, c', i, tanh c]`` and the like)
@@ -35,42 +37,61 @@ from agents import native as native_ops
 
 
 def lstm_sequence(
-    x: tf.Tensor, keep: tf.Tensor, h0: tf.Tensor, c0: tf.Tensor, rk: tf.Tensor, native: bool = False
+    inputs: tf.Tensor,
+    kernel: tf.Tensor,
+    bias: tf.Tensor,
+    keep: tf.Tensor,
+    h0: tf.Tensor,
+    c0: tf.Tensor,
+    rk: tf.Tensor,
+    native: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Keras-layout LSTM (gates i, f, c, o) over a sequence.
+    """Keras-layout LSTM (gates i, f, c, o) over a sequence, input projection included.
 
     Args:
-        x: ``[T, B, 4U]`` projected inputs (bias included); ``T`` static unless ``native``.
+        inputs: ``[T, B, F]`` time-major inputs; ``T`` static unless ``native``.
+        kernel: ``[F, 4U]`` input kernel; bias: ``[4U]``. Every step's projection
+            ``inputs_t kernel + bias`` is one large matmul.
         keep: ``[T, B, 1]``, 0 where the state is zeroed before the step.
         h0, c0: ``[B, U]`` state before step 0.
         rk: ``[U, 4U]`` recurrent kernel.
-        native: run the C++ ops of :mod:`agents.native` (one op per direction) instead of the
-            unrolled TF graph; raises :class:`agents.native.NativeUnavailable` if they cannot load.
+        native: run the C++ ops of :mod:`agents.native` (one op per direction; the backward op
+            also computes the projection's gradients) instead of the unrolled TF graph; raises
+            :class:`agents.native.NativeUnavailable` if they cannot load.
 
     Returns:
         ``h`` of every step ``[B, T, U]``, and the final ``h``, ``c`` ``[B, U]``.
     """
     if native:
-        return _lstm_native(x, keep, h0, c0, rk)
-    return _lstm(x, keep, h0, c0, rk)
+        return _lstm_native(inputs, kernel, bias, keep, h0, c0, rk)
+    return _lstm(project(inputs, kernel, bias), keep, h0, c0, rk)
 
 
-def _lstm_native(x, keep, h0, c0, rk):
+def project(inputs: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """``[T, B, F] -> [T, B, G]``: ``inputs kernel + bias`` for every step in one matmul."""
+    shape = tf.shape(inputs)
+    flat = tf.matmul(tf.reshape(inputs, [-1, shape[2]]), kernel) + bias
+    return tf.reshape(flat, [shape[0], shape[1], -1])
+
+
+def _lstm_native(inputs, kernel, bias, keep, h0, c0, rk):
     ops = native_ops.load()
 
     @tf.custom_gradient
-    def run(x, keep, h0, c0, rk):
-        hs, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)  # time-major
+    def run(inputs, kernel, bias, keep, h0, c0, rk):
+        hs, cs, act, hm, cm = ops.recurrl_lstm_forward(project(inputs, kernel, bias), keep, h0, c0, rk)
 
         def grad(dhs, dh_last, dc_last):
             dhs = tf.zeros_like(hs) if dhs is None else tf.transpose(dhs, [1, 0, 2])
             dh, dc = _zeros_if_none(dh_last, h0), _zeros_if_none(dc_last, c0)
-            dz, dh0, dc0, drk = ops.recurrl_lstm_backward(dhs, dh, dc, keep, rk, cs, act, cm, hm)
-            return dz, tf.zeros_like(keep), dh0, dc0, drk
+            dxin, dh0, dc0, drk, dkernel, dbias = ops.recurrl_lstm_backward(
+                dhs, dh, dc, keep, rk, cs, act, cm, hm, inputs, kernel
+            )
+            return dxin, dkernel, dbias, tf.zeros_like(keep), dh0, dc0, drk
 
         return (tf.transpose(hs, [1, 0, 2]), hs[-1], cs[-1]), grad
 
-    return run(x, keep, h0, c0, rk)
+    return run(inputs, kernel, bias, keep, h0, c0, rk)
 
 
 @tf.custom_gradient

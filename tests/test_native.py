@@ -16,29 +16,31 @@ from agents import fastrnn, native
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _inputs(steps: int, batch: int, units: int, seed: int = 0):
+def _inputs(steps: int, batch: int, units: int, features: int = 3, seed: int = 0):
     rng = np.random.default_rng(seed)
-    x = tf.constant(rng.normal(size=(steps, batch, 4 * units)).astype(np.float32))
+    normal = lambda *shape: tf.constant(rng.normal(size=shape).astype(np.float32))  # noqa: E731
+    x, kernel, bias = normal(steps, batch, features), normal(features, 4 * units), normal(4 * units)
     keep = tf.constant((rng.random((steps, batch, 1)) > 0.2).astype(np.float32))
-    h0, c0 = (tf.constant(rng.normal(size=(batch, units)).astype(np.float32)) for _ in range(2))
-    rk = tf.constant(0.3 * rng.normal(size=(units, 4 * units)).astype(np.float32))
-    w = tf.constant(rng.normal(size=(batch, steps, units)).astype(np.float32))
-    return x, keep, h0, c0, rk, w
+    h0, c0 = normal(batch, units), normal(batch, units)
+    rk = 0.3 * normal(units, 4 * units)
+    w = normal(batch, steps, units)
+    return x, kernel, bias, keep, h0, c0, rk, w
 
 
 def _run(inputs, use_native: bool) -> list[np.ndarray]:
-    x, keep, h0, c0, rk, w = inputs
+    x, kernel, bias, keep, h0, c0, rk, w = inputs
     with tf.GradientTape() as tape:
-        tape.watch([x, h0, c0, rk])
-        hs, h, c = fastrnn.lstm_sequence(x, keep, h0, c0, rk, native=use_native)
+        tape.watch([x, kernel, bias, h0, c0, rk])
+        hs, h, c = fastrnn.lstm_sequence(x, kernel, bias, keep, h0, c0, rk, native=use_native)
         loss = tf.reduce_sum(hs * w) + tf.reduce_sum(h * h) + tf.reduce_sum(tf.sin(c))
-    return [np.asarray(v) for v in (hs, h, c, *tape.gradient(loss, [x, h0, c0, rk]))]
+    return [np.asarray(v) for v in (hs, h, c, *tape.gradient(loss, [x, kernel, bias, h0, c0, rk]))]
 
 
 @pytest.mark.parametrize(("steps", "batch", "units"), [(1, 1, 3), (7, 3, 5), (19, 4, 16), (300, 2, 8)])
 def test_native_equals_graph_kernel(steps: int, batch: int, units: int) -> None:
-    """Values and all gradients (x, h0, c0, recurrent kernel), including lengths that are not a
-    multiple of the op's kernel-gradient block and one longer than the graph kernel's limit."""
+    """Values and all gradients (inputs, input kernel and bias, h0, c0, recurrent kernel), including
+    lengths that are not a multiple of the op's kernel-gradient block and one longer than the graph
+    kernel's limit."""
     inputs = _inputs(steps, batch, units)
     got = _run(inputs, use_native=True)
     want = _run(inputs, use_native=False)
@@ -48,11 +50,11 @@ def test_native_equals_graph_kernel(steps: int, batch: int, units: int) -> None:
 
 
 def test_native_runs_with_an_unknown_length() -> None:
-    x, keep, h0, c0, rk, _ = _inputs(6, 2, 4)
+    x, kernel, bias, keep, h0, c0, rk, _ = _inputs(6, 2, 4)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 2, 16]), tf.TensorSpec([None, 2, 1])])
+    @tf.function(input_signature=[tf.TensorSpec([None, 2, 3]), tf.TensorSpec([None, 2, 1])])
     def unroll(x, keep):
-        return fastrnn.lstm_sequence(x, keep, h0, c0, rk, native=True)[0]
+        return fastrnn.lstm_sequence(x, kernel, bias, keep, h0, c0, rk, native=True)[0]
 
     np.testing.assert_allclose(unroll(x, keep), _run(_inputs(6, 2, 4), False)[0], rtol=2e-5, atol=2e-5)
     assert unroll(x[:3], keep[:3]).shape == (2, 3, 4)
@@ -60,11 +62,15 @@ def test_native_runs_with_an_unknown_length() -> None:
 
 def test_the_op_rejects_inconsistent_shapes() -> None:
     ops = native.load()
-    x, keep, h0, c0, rk, _ = _inputs(3, 2, 4)
+    inputs, kernel, bias, keep, h0, c0, rk, _ = _inputs(3, 2, 4)
+    x = fastrnn.project(inputs, kernel, bias)
     with pytest.raises(tf.errors.InvalidArgumentError, match="4 \\* units"):
         ops.recurrl_lstm_forward(x[:, :, :-1], keep, h0, c0, rk)
     with pytest.raises(tf.errors.InvalidArgumentError, match="h0 and c0"):
         ops.recurrl_lstm_forward(x, keep, h0[:1], c0, rk)
+    hs, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="inconsistent shapes"):
+        ops.recurrl_lstm_backward(hs, h0, c0, keep, rk, cs, act, cm, hm, inputs, kernel[:-1])
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:

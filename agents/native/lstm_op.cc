@@ -10,12 +10,15 @@
 //                       i, f, o = sigmoid(z_i, z_f, z_o);  g = tanh(z_g);
 //                       c = f cm + i g;  h = o tanh(c)
 //   backward, per step: dz from dh, dc and the saved gates;  dh' = keep_t dz U^T;  dc' = keep_t f dc
-//   dU = [hm_0 ... hm_T-1]^T [dz_0 ... dz_T-1]: accumulated by a helper thread of the backward op
-//   over blocks of finished steps, while the sequential loop goes on.
+//   over blocks of finished steps, while the sequential loop goes on, a helper thread computes
+//   dU += hm_blk^T dz_blk, dW += xin_blk^T dz_blk, dbias += sum dz_blk and dxin_blk = dz_blk W^T (the
+//   input projection x = xin W + bias is a TF matmul in the forward; its gradient lives here, so
+//   no large matmul waits for the loop to end). The loop's thread takes the blocks left at its end.
 //
 // Built on first use by agents/native/__init__.py (g++ against the installed TF's headers).
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -45,7 +48,7 @@ using ConstArrMap = Eigen::Map<const Arr>;
 using Col = Eigen::Array<float, Eigen::Dynamic, 1>;
 using ConstColMap = Eigen::Map<const Col>;
 
-// Steps per block of the kernel-gradient GEMM in the backward op: [U, kBlock * B] x [kBlock * B, 4U].
+// Steps per block of the backward op's gradient GEMMs, e.g. [U, kBlock * B] x [kBlock * B, 4U].
 constexpr int64_t kBlock = 8;
 
 // sigmoid(a) = (1 + tanh(a / 2)) / 2: Eigen's vectorised float tanh serves both activations.
@@ -53,6 +56,19 @@ template <typename Expr>
 auto Sigmoid(const Expr& a) {
   return (a * 0.5f).tanh() * 0.5f + 0.5f;
 }
+
+using RowMap = Eigen::Map<Eigen::RowVectorXf>;
+
+// Kernel and bias gradients of the backward op: [U, 4U], [F, 4U], [4U].
+struct Accumulators {
+  MatMap drk, dwx;
+  RowMap db;
+  void Zero() {
+    drk.setZero();
+    dwx.setZero();
+    db.setZero();
+  }
+};
 
 }  // namespace
 
@@ -90,15 +106,21 @@ REGISTER_OP("RecurrlLstmBackward")
     .Input("act: float")
     .Input("cm: float")
     .Input("hm: float")
-    .Output("dz: float")   // [T, B, 4U] gradient of the pre-activations (= of x)
-    .Output("dh0: float")  // [B, U]
-    .Output("dc0: float")  // [B, U]
-    .Output("drk: float")  // [U, 4U] gradient of the recurrent kernel
+    .Input("xin: float")      // [T, B, F] inputs of the projection x = xin wx + bias
+    .Input("wx: float")       // [F, 4U] input kernel
+    .Output("dxin: float")    // [T, B, F]
+    .Output("dh0: float")     // [B, U]
+    .Output("dc0: float")     // [B, U]
+    .Output("drk: float")     // [U, 4U] gradient of the recurrent kernel
+    .Output("dwx: float")     // [F, 4U] gradient of the input kernel
+    .Output("dbias: float")   // [4U]
     .SetShapeFn([](shape_inference::InferenceContext* c) {
-      c->set_output(0, c->input(6));
+      c->set_output(0, c->input(9));
       c->set_output(1, c->input(1));
       c->set_output(2, c->input(2));
       c->set_output(3, c->input(4));
+      c->set_output(4, c->input(10));
+      c->set_output(5, c->Vector(c->Dim(c->input(10), 1)));
       return absl::OkStatus();
     });
 
@@ -173,56 +195,88 @@ class LstmBackwardOp : public OpKernel {
     const Tensor& act = ctx->input(6);
     const Tensor& cm_in = ctx->input(7);
     const Tensor& hm_in = ctx->input(8);
-    OP_REQUIRES(ctx, act.dims() == 3 && rk.dims() == 2, InvalidArgument("act must be [T, B, 4U]"));
+    const Tensor& xin = ctx->input(9);
+    const Tensor& wx = ctx->input(10);
+    OP_REQUIRES(ctx, act.dims() == 3 && rk.dims() == 2 && xin.dims() == 3 && wx.dims() == 2,
+                InvalidArgument("LSTM backward: act and xin must be 3-D, rk and wx 2-D"));
     const int64_t T = act.dim_size(0), B = act.dim_size(1), U = rk.dim_size(0), G = 4 * U;
+    const int64_t F = xin.dim_size(2);
     const TensorShape tbu({T, B, U});
     OP_REQUIRES(ctx, act.dim_size(2) == G && dhs.shape() == tbu && cs.shape() == tbu &&
                          cm_in.shape() == tbu && hm_in.shape() == tbu && dh_last.shape() == TensorShape({B, U}) &&
-                         dc_last.shape() == dh_last.shape() && keep.NumElements() == T * B,
+                         dc_last.shape() == dh_last.shape() && keep.NumElements() == T * B &&
+                         xin.dim_size(0) == T && xin.dim_size(1) == B && wx.dim_size(0) == F && wx.dim_size(1) == G,
                 InvalidArgument("LSTM backward: inconsistent shapes"));
 
-    Tensor *dz_t, *dh0_t, *dc0_t, *drk_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, act.shape(), &dz_t));
+    Tensor *dxin_t, *dh0_t, *dc0_t, *drk_t, *dwx_t, *db_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, xin.shape(), &dxin_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, dh_last.shape(), &dh0_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, dc_last.shape(), &dc0_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, rk.shape(), &drk_t));
-    MatMap drk(drk_t->flat<float>().data(), U, G);
-    drk.setZero();
-    if (B == 0 || U == 0) return;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, wx.shape(), &dwx_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(5, TensorShape({G}), &db_t));
+    Tensor dz_t;  // [T, B, 4U] gradient of the pre-activations (= of the projection's output)
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, act.shape(), &dz_t));
+    float* dxinp = dxin_t->flat<float>().data();
+    const float* xinp = xin.flat<float>().data();
+    const float* hmp = hm_in.flat<float>().data();
+    float* dzp = dz_t.flat<float>().data();
+    // Kernel and bias gradients are sums over steps; each thread adds its blocks into its own
+    // accumulator (the helper's are the outputs), summed at the end.
+    Accumulators acc{MatMap(drk_t->flat<float>().data(), U, G), MatMap(dwx_t->flat<float>().data(), F, G),
+                     RowMap(db_t->flat<float>().data(), G)};
+    acc.Zero();
+    std::fill_n(dxinp, T * B * F, 0.0f);
+    if (T == 0 || B == 0 || U == 0) {
+      ArrMap(dh0_t->flat<float>().data(), B, U) = ConstArrMap(dh_last.flat<float>().data(), B, U);
+      ArrMap(dc0_t->flat<float>().data(), B, U) = ConstArrMap(dc_last.flat<float>().data(), B, U);
+      return;
+    }
+    const Mat wx_t = ConstMatMap(wx.flat<float>().data(), F, G).transpose();  // [4U, F]
+
+    // Work on finished blocks of steps: block j holds steps [lo, hi) with lo = (top - j) kBlock,
+    // j = 0 the last (maybe short) one, in the order the loop below finishes them. Task 2j adds the
+    // block into the kernel and bias gradients, task 2j+1 writes its dxin rows. A helper thread
+    // claims tasks as the sequential loop finishes blocks; once the loop is done, this thread
+    // claims what is left, so neither waits on the other's backlog.
+    const int64_t top = (T - 1) / kBlock, tasks = 2 * (top + 1);
+    auto block_lo = [&](int64_t task) { return (top - task / 2) * kBlock; };
+    auto run_task = [&](int64_t task, Accumulators& into) {
+      const int64_t lo = block_lo(task), hi = std::min(lo + kBlock, T), n = (hi - lo) * B;
+      ConstMatMap dzb(dzp + lo * B * G, n, G);
+      if (task % 2 == 0) {
+        into.drk.noalias() += ConstMatMap(hmp + lo * B * U, n, U).transpose() * dzb;
+        into.dwx.noalias() += ConstMatMap(xinp + lo * B * F, n, F).transpose() * dzb;
+        for (int64_t r = 0; r < n; ++r) into.db += dzb.row(r);  // rows: contiguous
+      } else {
+        MatMap(dxinp + lo * B * F, n, F).noalias() = dzb * wx_t;
+      }
+    };
+    std::atomic<int64_t> next_task{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t done_from = T;  // dz of steps >= done_from is written (guarded by mu)
+    std::thread helper([&] {
+      for (int64_t task; (task = next_task.fetch_add(1)) < tasks;) {
+        const int64_t lo = block_lo(task);
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return done_from <= lo; });
+        }
+        run_task(task, acc);
+      }
+    });
 
     const float* kp = keep.flat<float>().data();
     const float* csp = cs.flat<float>().data();
     const float* actp = act.flat<float>().data();
     const float* cmp = cm_in.flat<float>().data();
     const float* dhsp = dhs.flat<float>().data();
-    float* dzp = dz_t->flat<float>().data();
     const Mat rk_t = ConstMatMap(rk.flat<float>().data(), U, G).transpose();  // [4U, U]
-
     Arr dh = ConstArrMap(dh_last.flat<float>().data(), B, U);
     Arr dc = ConstArrMap(dc_last.flat<float>().data(), B, U);
     Arr tc(B, U);
     Mat dhm(B, U);
-
-    // dU = sum_t hm_t^T dz_t is accumulated by a helper thread over blocks of kBlock finished steps
-    // while this thread runs the (sequential) recurrence: on a machine whose other cores idle
-    // during the backward loop, the kernel gradient comes for free.
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t done_from = T;  // dz of steps >= done_from is written (guarded by mu)
-    std::thread helper([&] {
-      const float* hmp = hm_in.flat<float>().data();
-      for (int64_t hi = T; hi > 0;) {
-        const int64_t lo = (hi - 1) / kBlock * kBlock;  // blocks end where the loop notifies
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return done_from <= lo; });
-        }
-        drk.noalias() += ConstMatMap(hmp + lo * B * U, (hi - lo) * B, U).transpose() *
-                         ConstMatMap(dzp + lo * B * G, (hi - lo) * B, G);
-        hi = lo;
-      }
-    });
-
     for (int64_t t = T - 1; t >= 0; --t) {
       ConstColMap k(kp + t * B, B);
       ConstArrMap a(actp + t * B * G, B, G);
@@ -242,15 +296,26 @@ class LstmBackwardOp : public OpKernel {
       dhm.noalias() = MatMap(dz.data(), B, G) * rk_t;
       dh = dhm.array().colwise() * k;
       dc = (dc * f).colwise() * k;
-      if (t % kBlock == 0) {
+      if (t % kBlock == 0) {  // blocks end at multiples of kBlock (the first one, at T, may be short)
         std::lock_guard<std::mutex> lock(mu);
         done_from = t;
         cv.notify_one();
       }
     }
-    helper.join();
     ArrMap(dh0_t->flat<float>().data(), B, U) = dh;
     ArrMap(dc0_t->flat<float>().data(), B, U) = dc;
+
+    Mat drk_own = Mat::Zero(U, G), dwx_own = Mat::Zero(F, G);
+    Eigen::RowVectorXf db_own = Eigen::RowVectorXf::Zero(G);
+    Accumulators own{MatMap(drk_own.data(), U, G), MatMap(dwx_own.data(), F, G), RowMap(db_own.data(), G)};
+    bool used = false;
+    for (int64_t task; (task = next_task.fetch_add(1)) < tasks; used = true) run_task(task, own);
+    helper.join();
+    if (used) {
+      acc.drk += own.drk;
+      acc.dwx += own.dwx;
+      acc.db += own.db;
+    }
   }
 };
 
