@@ -167,14 +167,13 @@ class RecurrentCore(keras.layers.Layer):
     ) -> tuple[tf.Tensor, State]:
         """:mod:`agents.fastrnn` kernels (``native``: the C++ LSTM ops of :mod:`agents.native`);
         time-major inside (the narrow inputs are transposed)."""
-        inputs = tf.transpose(inputs, [1, 0, 2])  # [T, B, F]
-        keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
         rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
         if self.cell_kind == "lstm":
             kernel, bias = (tf.convert_to_tensor(w) for w in (self.cell.kernel, self.cell.bias))
-            hs, h, c = fastrnn.lstm_sequence(inputs, kernel, bias, keep, *state, rk, native=native)
+            hs, h, c = fastrnn.lstm_sequence(inputs, kernel, bias, 1.0 - reset, *state, rk, native=native)
             return hs, (h, c)
-        proj = self._project_inputs(inputs)  # [T, B, G]
+        proj = self._project_inputs(tf.transpose(inputs, [1, 0, 2]))  # [T, B, G]
+        keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
         rb = tf.convert_to_tensor(self.cell.bias)[1]
         hs, h = fastrnn.gru_sequence(proj, keep, state[0], rk, rb)
         return hs, (h,)

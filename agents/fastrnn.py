@@ -9,7 +9,8 @@ kernel gradient as one large matmul over all steps::
     backward, per step:  dz_t from per-step factors;  dh' = keep_t (dz_t U^T + ...)
     after the loop:      dU = [h'_0 ... h'_T-1]^T [dz_0 ... dz_T-1]    (one [U, T*B] x [T*B, G] matmul)
 
-Inputs are time-major. The input projection ``x_t = inputs_t W + b`` of all steps is one large
+The LSTM takes batch-major inputs (transposed to time-major inside the graph kernel; the native
+ops read them in place). The input projection ``x_t = inputs_t W + b`` of all steps is one large
 matmul (differentiated by autodiff for the graph kernels; for ``native`` the backward op computes
 its gradients on a helper thread while its sequential loop runs). ``keep`` is ``1 - reset``: the
 state is zeroed before a step that starts an episode. Outputs are batch-major ``[B, T, U]``. Loops
@@ -49,10 +50,10 @@ def lstm_sequence(
     """Keras-layout LSTM (gates i, f, c, o) over a sequence, input projection included.
 
     Args:
-        inputs: ``[T, B, F]`` time-major inputs; ``T`` static unless ``native``.
+        inputs: ``[B, T, F]``; ``T`` static unless ``native``.
         kernel: ``[F, 4U]`` input kernel; bias: ``[4U]``. Every step's projection
             ``inputs_t kernel + bias`` is one large matmul.
-        keep: ``[T, B, 1]``, 0 where the state is zeroed before the step.
+        keep: ``[B, T]``, 0 where the state is zeroed before the step.
         h0, c0: ``[B, U]`` state before step 0.
         rk: ``[U, 4U]`` recurrent kernel.
         native: run the C++ ops of :mod:`agents.native` (one op per direction; the backward op
@@ -64,11 +65,12 @@ def lstm_sequence(
     """
     if native:
         return _lstm_native(inputs, kernel, bias, keep, h0, c0, rk)
-    return _lstm(project(inputs, kernel, bias), keep, h0, c0, rk)
+    x = project(tf.transpose(inputs, [1, 0, 2]), kernel, bias)  # time-major [T, B, 4U]
+    return _lstm(x, tf.transpose(keep)[:, :, None], h0, c0, rk)
 
 
 def project(inputs: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    """``[T, B, F] -> [T, B, G]``: ``inputs kernel + bias`` for every step in one matmul."""
+    """``[N, T, F] -> [N, T, G]``: ``inputs kernel + bias`` for every step in one matmul."""
     shape = tf.shape(inputs)
     flat = tf.matmul(tf.reshape(inputs, [-1, shape[2]]), kernel) + bias
     return tf.reshape(flat, [shape[0], shape[1], -1])
@@ -79,17 +81,17 @@ def _lstm_native(inputs, kernel, bias, keep, h0, c0, rk):
 
     @tf.custom_gradient
     def run(inputs, kernel, bias, keep, h0, c0, rk):
-        hs, cs, act, hm, cm = ops.recurrl_lstm_forward(project(inputs, kernel, bias), keep, h0, c0, rk)
+        x = project(inputs, kernel, bias)  # batch-major, like everything TF sees of the ops
+        hs, h, c, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)
 
         def grad(dhs, dh_last, dc_last):
-            dhs = tf.zeros_like(hs) if dhs is None else tf.transpose(dhs, [1, 0, 2])
-            dh, dc = _zeros_if_none(dh_last, h0), _zeros_if_none(dc_last, c0)
+            dhs, dh, dc = (_zeros_if_none(g, v) for g, v in ((dhs, hs), (dh_last, h0), (dc_last, c0)))
             dxin, dh0, dc0, drk, dkernel, dbias = ops.recurrl_lstm_backward(
                 dhs, dh, dc, keep, rk, cs, act, cm, hm, inputs, kernel
             )
             return dxin, dkernel, dbias, tf.zeros_like(keep), dh0, dc0, drk
 
-        return (tf.transpose(hs, [1, 0, 2]), hs[-1], cs[-1]), grad
+        return (hs, h, c), grad
 
     return run(inputs, kernel, bias, keep, h0, c0, rk)
 

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.actor_critic import ActorCriticNetwork
+from agents.compiled import CompiledStep
 from agents.exploration import (
     ActionScaler,
     DeterministicPolicy,
@@ -158,6 +159,7 @@ class RDDPGLearner:
             },
         }
         self._step = tf.function(self._train_step, input_signature=[spec])
+        self._run_step = CompiledStep(self._step)
 
     def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
         """Per-row fields this learner needs from replay besides the common ones."""
@@ -209,7 +211,7 @@ class RDDPGLearner:
         feed = {k: batch[k] for k in ("state", "reward", "terminated", "truncated", "first", "valid")}
         feed["x"] = self.features(batch)
         feed["action"] = self.scaler.from_env(batch["action"])
-        return {k: v.numpy() for k, v in self._step(feed).items()}
+        return self._run_step(feed)
 
     def bootstrap_value(self, x: tf.Tensor, state: tuple, reset: tf.Tensor, noise: tf.Tensor) -> tf.Tensor:
         """``V(s_j) = min_i Q'_i(h_j, clip(mu'(h_j) + clip(noise)))`` from the targets: ``[B, L]``.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from agents.compiled import CompiledStep
 from agents.exploration import feature_width, step_features
 from agents.networks import NetworkConfig, RecurrentNetwork, split_state
 from agents.optim import FusedAdam
@@ -96,6 +97,7 @@ class RDQNLearner:
         }
         # autograph off: the step is plain TF ops (tf.cond for the target period), traced once.
         self._step = tf.function(self._train_step, input_signature=[spec], autograph=False)
+        self._run_step = CompiledStep(self._step)
 
     def _ema(self, tau: tf.Tensor) -> tf.Tensor:
         self.targets.update_in_graph(tau)
@@ -145,9 +147,9 @@ class RDQNLearner:
 
         Metrics: ``loss``, ``q_mean``, ``grad_norm`` scalars; ``td_error`` and ``mask`` ``[B, T]``.
         """
-        feed = {k: batch[k] for k in self._step.input_signature[0] if k != "obs"}
+        feed = {k: batch[k] for k in self._run_step.spec if k != "obs"}
         feed["obs"] = self.features(batch)
-        return {k: v.numpy() for k, v in self._step(feed).items()}
+        return self._run_step(feed)
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length

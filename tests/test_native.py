@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def _inputs(steps: int, batch: int, units: int, features: int = 3, seed: int = 0):
     rng = np.random.default_rng(seed)
     normal = lambda *shape: tf.constant(rng.normal(size=shape).astype(np.float32))  # noqa: E731
-    x, kernel, bias = normal(steps, batch, features), normal(features, 4 * units), normal(4 * units)
-    keep = tf.constant((rng.random((steps, batch, 1)) > 0.2).astype(np.float32))
+    x, kernel, bias = normal(batch, steps, features), normal(features, 4 * units), normal(4 * units)
+    keep = tf.constant((rng.random((batch, steps)) > 0.2).astype(np.float32))
     h0, c0 = normal(batch, units), normal(batch, units)
     rk = 0.3 * normal(units, 4 * units)
     w = normal(batch, steps, units)
@@ -52,12 +52,12 @@ def test_native_equals_graph_kernel(steps: int, batch: int, units: int) -> None:
 def test_native_runs_with_an_unknown_length() -> None:
     x, kernel, bias, keep, h0, c0, rk, _ = _inputs(6, 2, 4)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 2, 3]), tf.TensorSpec([None, 2, 1])])
+    @tf.function(input_signature=[tf.TensorSpec([2, None, 3]), tf.TensorSpec([2, None])])
     def unroll(x, keep):
         return fastrnn.lstm_sequence(x, kernel, bias, keep, h0, c0, rk, native=True)[0]
 
     np.testing.assert_allclose(unroll(x, keep), _run(_inputs(6, 2, 4), False)[0], rtol=2e-5, atol=2e-5)
-    assert unroll(x[:3], keep[:3]).shape == (2, 3, 4)
+    assert unroll(x[:, :3], keep[:, :3]).shape == (2, 3, 4)
 
 
 def test_the_op_rejects_inconsistent_shapes() -> None:
@@ -68,7 +68,7 @@ def test_the_op_rejects_inconsistent_shapes() -> None:
         ops.recurrl_lstm_forward(x[:, :, :-1], keep, h0, c0, rk)
     with pytest.raises(tf.errors.InvalidArgumentError, match="h0 and c0"):
         ops.recurrl_lstm_forward(x, keep, h0[:1], c0, rk)
-    hs, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)
+    hs, _, _, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)
     with pytest.raises(tf.errors.InvalidArgumentError, match="inconsistent shapes"):
         ops.recurrl_lstm_backward(hs, h0, c0, keep, rk, cs, act, cm, hm, inputs, kernel[:-1])
 

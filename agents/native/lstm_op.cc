@@ -15,6 +15,10 @@
 //   input projection x = xin W + bias is a TF matmul in the forward; its gradient lives here, so
 //   no large matmul waits for the loop to end). The loop's thread takes the blocks left at its end.
 //
+// Tensors TF sees (x, keep, hs, dhs, xin, dxin) are batch-major [B, T, ...] like the network's
+// layers, so no transposes surround the ops; what only the backward op reads (cs, act, hm, cm) is
+// time-major, contiguous per step.
+//
 // Built on first use by agents/native/__init__.py (g++ against the installed TF's headers).
 
 #include <algorithm>
@@ -46,7 +50,12 @@ using Arr = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 using ArrMap = Eigen::Map<Arr>;
 using ConstArrMap = Eigen::Map<const Arr>;
 using Col = Eigen::Array<float, Eigen::Dynamic, 1>;
-using ConstColMap = Eigen::Map<const Col>;
+using RowMap = Eigen::Map<Eigen::RowVectorXf>;
+// Step t of a batch-major [B, T, D] tensor: B rows of D, T * D apart.
+using Stride = Eigen::OuterStride<>;
+using StepMap = Eigen::Map<Arr, 0, Stride>;
+using ConstStepMap = Eigen::Map<const Arr, 0, Stride>;
+using ConstKeepMap = Eigen::Map<const Col, 0, Eigen::InnerStride<>>;
 
 // Steps per block of the backward op's gradient GEMMs, e.g. [U, kBlock * B] x [kBlock * B, 4U].
 constexpr int64_t kBlock = 8;
@@ -56,8 +65,6 @@ template <typename Expr>
 auto Sigmoid(const Expr& a) {
   return (a * 0.5f).tanh() * 0.5f + 0.5f;
 }
-
-using RowMap = Eigen::Map<Eigen::RowVectorXf>;
 
 // Kernel and bias gradients of the backward op: [U, 4U], [F, 4U], [4U].
 struct Accumulators {
@@ -73,42 +80,47 @@ struct Accumulators {
 }  // namespace
 
 REGISTER_OP("RecurrlLstmForward")
-    .Input("x: float")     // [T, B, 4U] projected inputs, bias included
-    .Input("keep: float")  // [T, B, 1] 0 where the state is zeroed before the step
-    .Input("h0: float")    // [B, U]
-    .Input("c0: float")    // [B, U]
-    .Input("rk: float")    // [U, 4U] recurrent kernel
-    .Output("hs: float")   // [T, B, U] h after each step
-    .Output("cs: float")   // [T, B, U] c after each step
-    .Output("act: float")  // [T, B, 4U] gate activations i, f, g, o (for the backward op)
-    .Output("hm: float")   // [T, B, U] keep_t h_{t-1}: the state each step's matmul saw
-    .Output("cm: float")   // [T, B, U] keep_t c_{t-1}
+    .Input("x: float")       // [B, T, 4U] projected inputs, bias included
+    .Input("keep: float")    // [B, T] 0 where the state is zeroed before the step
+    .Input("h0: float")      // [B, U]
+    .Input("c0: float")      // [B, U]
+    .Input("rk: float")      // [U, 4U] recurrent kernel
+    .Output("hs: float")     // [B, T, U] h after each step
+    .Output("h_last: float")  // [B, U] h after the last step
+    .Output("c_last: float")  // [B, U] c after the last step
+    .Output("cs: float")     // [T, B, U] c after each step (for the backward op, as are the next)
+    .Output("act: float")    // [T, B, 4U] gate activations i, f, g, o
+    .Output("hm: float")     // [T, B, U] keep_t h_{t-1}: the state each step's matmul saw
+    .Output("cm: float")     // [T, B, U] keep_t c_{t-1}
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       shape_inference::ShapeHandle x, h0;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &h0));
-      auto hs = c->MakeShape({c->Dim(x, 0), c->Dim(x, 1), c->Dim(h0, 1)});
-      c->set_output(0, hs);
-      c->set_output(1, hs);
-      c->set_output(2, x);
-      c->set_output(3, hs);
-      c->set_output(4, hs);
+      auto b = c->Dim(x, 0), t = c->Dim(x, 1), u = c->Dim(h0, 1);
+      auto tbu = c->MakeShape({t, b, u});
+      c->set_output(0, c->MakeShape({b, t, u}));
+      c->set_output(1, c->MakeShape({b, u}));
+      c->set_output(2, c->MakeShape({b, u}));
+      c->set_output(3, tbu);
+      c->set_output(4, c->MakeShape({t, b, c->Dim(x, 2)}));
+      c->set_output(5, tbu);
+      c->set_output(6, tbu);
       return absl::OkStatus();
     });
 
 REGISTER_OP("RecurrlLstmBackward")
-    .Input("dhs: float")      // [T, B, U] gradient of hs
-    .Input("dh_last: float")  // [B, U] gradient of the final h (besides dhs[T-1])
-    .Input("dc_last: float")  // [B, U] gradient of the final c
-    .Input("keep: float")     // [T, B, 1]
+    .Input("dhs: float")      // [B, T, U] gradient of hs
+    .Input("dh_last: float")  // [B, U] gradient of h_last
+    .Input("dc_last: float")  // [B, U] gradient of c_last
+    .Input("keep: float")     // [B, T]
     .Input("rk: float")       // [U, 4U]
     .Input("cs: float")       // forward outputs
     .Input("act: float")
     .Input("cm: float")
     .Input("hm: float")
-    .Input("xin: float")      // [T, B, F] inputs of the projection x = xin wx + bias
+    .Input("xin: float")      // [B, T, F] inputs of the projection x = xin wx + bias
     .Input("wx: float")       // [F, 4U] input kernel
-    .Output("dxin: float")    // [T, B, F]
+    .Output("dxin: float")    // [B, T, F]
     .Output("dh0: float")     // [B, U]
     .Output("dc0: float")     // [B, U]
     .Output("drk: float")     // [U, 4U] gradient of the recurrent kernel
@@ -135,20 +147,26 @@ class LstmForwardOp : public OpKernel {
     const Tensor& c0 = ctx->input(3);
     const Tensor& rk = ctx->input(4);
     OP_REQUIRES(ctx, x.dims() == 3 && rk.dims() == 2 && h0.dims() == 2,
-                InvalidArgument("x must be [T, B, 4U], h0 [B, U], rk [U, 4U]"));
-    const int64_t T = x.dim_size(0), B = x.dim_size(1), U = rk.dim_size(0), G = 4 * U;
+                InvalidArgument("x must be [B, T, 4U], h0 [B, U], rk [U, 4U]"));
+    const int64_t B = x.dim_size(0), T = x.dim_size(1), U = rk.dim_size(0), G = 4 * U;
     OP_REQUIRES(ctx, x.dim_size(2) == G && rk.dim_size(1) == G,
                 InvalidArgument("x's last dim and rk's columns must be 4 * units"));
     OP_REQUIRES(ctx, h0.dim_size(0) == B && h0.dim_size(1) == U && c0.shape() == h0.shape(),
                 InvalidArgument("h0 and c0 must be [B, U]"));
-    OP_REQUIRES(ctx, keep.NumElements() == T * B, InvalidArgument("keep must be [T, B, 1]"));
+    OP_REQUIRES(ctx, keep.shape() == TensorShape({B, T}), InvalidArgument("keep must be [B, T]"));
 
-    Tensor *hs_t, *cs_t, *act_t, *hm_t, *cm_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({T, B, U}), &hs_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({T, B, U}), &cs_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({T, B, G}), &act_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({T, B, U}), &hm_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({T, B, U}), &cm_t));
+    Tensor *hs_t, *hl_t, *cl_t, *cs_t, *act_t, *hm_t, *cm_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({B, T, U}), &hs_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, h0.shape(), &hl_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, h0.shape(), &cl_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({T, B, U}), &cs_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({T, B, G}), &act_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(5, TensorShape({T, B, U}), &hm_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(6, TensorShape({T, B, U}), &cm_t));
+    ArrMap h(hl_t->flat<float>().data(), B, U);  // the running state; its final value is h_last
+    ArrMap c_last(cl_t->flat<float>().data(), B, U);
+    h = ConstArrMap(h0.flat<float>().data(), B, U);
+    c_last = ConstArrMap(c0.flat<float>().data(), B, U);
     if (T == 0 || B == 0 || U == 0) return;
 
     const float* xp = x.flat<float>().data();
@@ -160,15 +178,14 @@ class LstmForwardOp : public OpKernel {
     float* cmp = cm_t->flat<float>().data();
     ConstMatMap rkm(rk.flat<float>().data(), U, G);
     for (int64_t t = 0; t < T; ++t) {
-      const float* hprev = t ? hsp + (t - 1) * B * U : h0.flat<float>().data();
       const float* cprev = t ? csp + (t - 1) * B * U : c0.flat<float>().data();
-      ConstColMap k(kp + t * B, B);
+      ConstKeepMap k(kp + t, B, Eigen::InnerStride<>(T));
       MatMap hm(hmp + t * B * U, B, U);
       ArrMap cm(cmp + t * B * U, B, U);
-      hm.array() = ConstArrMap(hprev, B, U).colwise() * k;
+      hm.array() = h.colwise() * k;
       cm = ConstArrMap(cprev, B, U).colwise() * k;
       MatMap z(actp + t * B * G, B, G);
-      z = ConstMatMap(xp + t * B * G, B, G);
+      z = ConstStepMap(xp + t * G, B, G, Stride(T * G)).matrix();
       z.noalias() += hm * rkm;
       ArrMap za(z.data(), B, G);
       za.leftCols(2 * U) = Sigmoid(za.leftCols(2 * U));
@@ -176,8 +193,10 @@ class LstmForwardOp : public OpKernel {
       za.rightCols(U) = Sigmoid(za.rightCols(U));
       ArrMap c(csp + t * B * U, B, U);
       c = za.middleCols(U, U) * cm + za.leftCols(U) * za.middleCols(2 * U, U);
-      ArrMap(hsp + t * B * U, B, U) = za.rightCols(U) * c.tanh();
+      h = za.rightCols(U) * c.tanh();
+      StepMap(hsp + t * U, B, U, Stride(T * U)) = h;
     }
+    c_last = ConstArrMap(csp + (T - 1) * B * U, B, U);
   }
 };
 
@@ -202,10 +221,10 @@ class LstmBackwardOp : public OpKernel {
     const int64_t T = act.dim_size(0), B = act.dim_size(1), U = rk.dim_size(0), G = 4 * U;
     const int64_t F = xin.dim_size(2);
     const TensorShape tbu({T, B, U});
-    OP_REQUIRES(ctx, act.dim_size(2) == G && dhs.shape() == tbu && cs.shape() == tbu &&
+    OP_REQUIRES(ctx, act.dim_size(2) == G && dhs.shape() == TensorShape({B, T, U}) && cs.shape() == tbu &&
                          cm_in.shape() == tbu && hm_in.shape() == tbu && dh_last.shape() == TensorShape({B, U}) &&
-                         dc_last.shape() == dh_last.shape() && keep.NumElements() == T * B &&
-                         xin.dim_size(0) == T && xin.dim_size(1) == B && wx.dim_size(0) == F && wx.dim_size(1) == G,
+                         dc_last.shape() == dh_last.shape() && keep.shape() == TensorShape({B, T}) &&
+                         xin.shape() == TensorShape({B, T, F}) && wx.shape() == TensorShape({F, G}),
                 InvalidArgument("LSTM backward: inconsistent shapes"));
 
     Tensor *dxin_t, *dh0_t, *dc0_t, *drk_t, *dwx_t, *db_t;
@@ -226,12 +245,12 @@ class LstmBackwardOp : public OpKernel {
     Accumulators acc{MatMap(drk_t->flat<float>().data(), U, G), MatMap(dwx_t->flat<float>().data(), F, G),
                      RowMap(db_t->flat<float>().data(), G)};
     acc.Zero();
-    std::fill_n(dxinp, T * B * F, 0.0f);
-    if (T == 0 || B == 0 || U == 0) {
-      ArrMap(dh0_t->flat<float>().data(), B, U) = ConstArrMap(dh_last.flat<float>().data(), B, U);
-      ArrMap(dc0_t->flat<float>().data(), B, U) = ConstArrMap(dc_last.flat<float>().data(), B, U);
-      return;
-    }
+    ArrMap dh(dh0_t->flat<float>().data(), B, U);  // the running gradients; final values dh0, dc0
+    ArrMap dc(dc0_t->flat<float>().data(), B, U);
+    dh = ConstArrMap(dh_last.flat<float>().data(), B, U);
+    dc = ConstArrMap(dc_last.flat<float>().data(), B, U);
+    std::fill_n(dxinp, B * T * F, 0.0f);
+    if (T == 0 || B == 0 || U == 0) return;
     const Mat wx_t = ConstMatMap(wx.flat<float>().data(), F, G).transpose();  // [4U, F]
 
     // Work on finished blocks of steps: block j holds steps [lo, hi) with lo = (top - j) kBlock,
@@ -241,15 +260,20 @@ class LstmBackwardOp : public OpKernel {
     // claims what is left, so neither waits on the other's backlog.
     const int64_t top = (T - 1) / kBlock, tasks = 2 * (top + 1);
     auto block_lo = [&](int64_t task) { return (top - task / 2) * kBlock; };
-    auto run_task = [&](int64_t task, Accumulators& into) {
+    auto run_task = [&](int64_t task, Accumulators& into, Mat& scratch) {
       const int64_t lo = block_lo(task), hi = std::min(lo + kBlock, T), n = (hi - lo) * B;
       ConstMatMap dzb(dzp + lo * B * G, n, G);
+      scratch.resize(n, F);  // the block's xin (or dxin) rows, time-major like dz
       if (task % 2 == 0) {
         into.drk.noalias() += ConstMatMap(hmp + lo * B * U, n, U).transpose() * dzb;
-        into.dwx.noalias() += ConstMatMap(xinp + lo * B * F, n, F).transpose() * dzb;
+        for (int64_t t = lo; t < hi; ++t)
+          scratch.middleRows((t - lo) * B, B) = ConstStepMap(xinp + t * F, B, F, Stride(T * F)).matrix();
+        into.dwx.noalias() += scratch.transpose() * dzb;
         for (int64_t r = 0; r < n; ++r) into.db += dzb.row(r);  // rows: contiguous
       } else {
-        MatMap(dxinp + lo * B * F, n, F).noalias() = dzb * wx_t;
+        scratch.noalias() = dzb * wx_t;
+        for (int64_t t = lo; t < hi; ++t)
+          StepMap(dxinp + t * F, B, F, Stride(T * F)) = scratch.middleRows((t - lo) * B, B).array();
       }
     };
     std::atomic<int64_t> next_task{0};
@@ -257,13 +281,14 @@ class LstmBackwardOp : public OpKernel {
     std::condition_variable cv;
     int64_t done_from = T;  // dz of steps >= done_from is written (guarded by mu)
     std::thread helper([&] {
+      Mat scratch;
       for (int64_t task; (task = next_task.fetch_add(1)) < tasks;) {
         const int64_t lo = block_lo(task);
         {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [&] { return done_from <= lo; });
         }
-        run_task(task, acc);
+        run_task(task, acc, scratch);
       }
     });
 
@@ -273,12 +298,10 @@ class LstmBackwardOp : public OpKernel {
     const float* cmp = cm_in.flat<float>().data();
     const float* dhsp = dhs.flat<float>().data();
     const Mat rk_t = ConstMatMap(rk.flat<float>().data(), U, G).transpose();  // [4U, U]
-    Arr dh = ConstArrMap(dh_last.flat<float>().data(), B, U);
-    Arr dc = ConstArrMap(dc_last.flat<float>().data(), B, U);
     Arr tc(B, U);
     Mat dhm(B, U);
     for (int64_t t = T - 1; t >= 0; --t) {
-      ConstColMap k(kp + t * B, B);
+      ConstKeepMap k(kp + t, B, Eigen::InnerStride<>(T));
       ConstArrMap a(actp + t * B * G, B, G);
       ConstArrMap cm(cmp + t * B * U, B, U);
       const auto i = a.leftCols(U);
@@ -286,7 +309,7 @@ class LstmBackwardOp : public OpKernel {
       const auto g = a.middleCols(2 * U, U);
       const auto o = a.rightCols(U);
       tc = ConstArrMap(csp + t * B * U, B, U).tanh();
-      dh += ConstArrMap(dhsp + t * B * U, B, U);
+      dh += ConstStepMap(dhsp + t * U, B, U, Stride(T * U));
       dc += dh * o * (1.0f - tc * tc);
       ArrMap dz(dzp + t * B * G, B, G);
       dz.leftCols(U) = dc * g * i * (1.0f - i);
@@ -302,14 +325,12 @@ class LstmBackwardOp : public OpKernel {
         cv.notify_one();
       }
     }
-    ArrMap(dh0_t->flat<float>().data(), B, U) = dh;
-    ArrMap(dc0_t->flat<float>().data(), B, U) = dc;
 
-    Mat drk_own = Mat::Zero(U, G), dwx_own = Mat::Zero(F, G);
+    Mat drk_own = Mat::Zero(U, G), dwx_own = Mat::Zero(F, G), scratch;
     Eigen::RowVectorXf db_own = Eigen::RowVectorXf::Zero(G);
     Accumulators own{MatMap(drk_own.data(), U, G), MatMap(dwx_own.data(), F, G), RowMap(db_own.data(), G)};
     bool used = false;
-    for (int64_t task; (task = next_task.fetch_add(1)) < tasks; used = true) run_task(task, own);
+    for (int64_t task; (task = next_task.fetch_add(1)) < tasks; used = true) run_task(task, own, scratch);
     helper.join();
     if (used) {
       acc.drk += own.drk;
