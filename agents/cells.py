@@ -165,8 +165,9 @@ class RecurrentCore(keras.layers.Layer):
     def _unroll_fused(
         self, inputs: tf.Tensor, state: State, reset: tf.Tensor, native: bool = False
     ) -> tuple[tf.Tensor, State]:
-        """:mod:`agents.fastrnn` kernels (``native``: the C++ LSTM ops of :mod:`agents.native`);
-        time-major inside (the narrow inputs are transposed)."""
+        """:mod:`agents.fastrnn` kernels (``native``: the C++ LSTM ops of :mod:`agents.native`, which
+        read batch-major tensors in place); the graph kernels run time-major inside (the narrow
+        inputs are transposed)."""
         rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
         if self.cell_kind == "lstm":
             kernel, bias = (tf.convert_to_tensor(w) for w in (self.cell.kernel, self.cell.bias))
