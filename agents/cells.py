@@ -91,16 +91,14 @@ class RecurrentCore(keras.layers.Layer):
 
     def _project_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
         """``[B, T, F] -> [B, T, G]`` (or time-major): every step's input projection in one matmul."""
-        shape = tf.shape(inputs)
-        flat = tf.reshape(inputs, [-1, inputs.shape[-1]])
         if self.cell_kind == "mlp":
-            proj = self.cell(flat)
-        else:
-            bias = self.cell.bias
-            if self.cell_kind == "gru" and self.reset_after:
-                bias = bias[0]
-            proj = tf.matmul(flat, self.cell.kernel) + bias
-        return tf.reshape(proj, tf.concat([shape[:2], [-1]], axis=0))
+            shape = tf.shape(inputs)
+            proj = self.cell(tf.reshape(inputs, [-1, inputs.shape[-1]]))
+            return tf.reshape(proj, tf.concat([shape[:2], [-1]], axis=0))
+        bias = self.cell.bias
+        if self.cell_kind == "gru" and self.reset_after:
+            bias = bias[0]
+        return fastrnn.project(inputs, self.cell.kernel, bias)
 
     def _recur(self, x_t: tf.Tensor, state: State) -> State:
         """One recurrence step from the projected input ``x_t`` ``[B, G]``; returns the new state."""

@@ -72,8 +72,8 @@ def lstm_sequence(
 def project(inputs: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     """``[N, T, F] -> [N, T, G]``: ``inputs kernel + bias`` for every step in one matmul."""
     shape = tf.shape(inputs)
-    flat = tf.matmul(tf.reshape(inputs, [-1, shape[2]]), kernel) + bias
-    return tf.reshape(flat, [shape[0], shape[1], -1])
+    flat = tf.matmul(tf.reshape(inputs, [-1, inputs.shape[-1]]), kernel) + bias
+    return tf.reshape(flat, tf.concat([shape[:2], [-1]], axis=0))
 
 
 def _lstm_native(inputs, kernel, bias, keep, h0, c0, rk):
