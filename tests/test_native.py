@@ -60,6 +60,20 @@ def test_native_runs_with_an_unknown_length() -> None:
     assert unroll(x[:, :3], keep[:, :3]).shape == (2, 3, 4)
 
 
+def test_the_backward_op_is_deterministic() -> None:
+    """Two threads share the backward op's block work; the gradient sums must not depend on which
+    thread was free (training is deterministic per seed)."""
+    ops = native.load()
+    inputs, kernel, bias, keep, h0, c0, rk, dhs = _inputs(43, 8, 16, features=5)
+    x = fastrnn.project(inputs, kernel, bias)
+    _, _, _, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)
+    saved = (cs, act, cm, hm, inputs, kernel)
+    runs = [ops.recurrl_lstm_backward(dhs, h0, c0, keep, rk, *saved) for _ in range(30)]
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_the_op_rejects_inconsistent_shapes() -> None:
     ops = native.load()
     inputs, kernel, bias, keep, h0, c0, rk, _ = _inputs(3, 2, 4)

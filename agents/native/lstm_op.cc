@@ -13,7 +13,8 @@
 //   over blocks of finished steps, while the sequential loop goes on, a helper thread computes
 //   dU += hm_blk^T dz_blk, dW += xin_blk^T dz_blk, dbias += sum dz_blk and dxin_blk = dz_blk W^T (the
 //   input projection x = xin W + bias is a TF matmul in the forward; its gradient lives here, so
-//   no large matmul waits for the loop to end). The loop's thread takes the blocks left at its end.
+//   no large matmul waits for the loop to end). The loop's thread sums the last block and takes the
+//   dxin blocks left at its end; who sums which block is fixed, so the sums do not depend on timing.
 //
 // Tensors TF sees (x, keep, hs, dhs, xin, dxin) are batch-major [B, T, ...] like the network's
 // layers, so no transposes surround the ops; what only the backward op reads (cs, act, hm, cm) is
@@ -65,17 +66,6 @@ template <typename Expr>
 auto Sigmoid(const Expr& a) {
   return (a * 0.5f).tanh() * 0.5f + 0.5f;
 }
-
-// Kernel and bias gradients of the backward op: [U, 4U], [F, 4U], [4U].
-struct Accumulators {
-  MatMap drk, dwx;
-  RowMap db;
-  void Zero() {
-    drk.setZero();
-    dwx.setZero();
-    db.setZero();
-  }
-};
 
 }  // namespace
 
@@ -240,11 +230,11 @@ class LstmBackwardOp : public OpKernel {
     const float* xinp = xin.flat<float>().data();
     const float* hmp = hm_in.flat<float>().data();
     float* dzp = dz_t.flat<float>().data();
-    // Kernel and bias gradients are sums over steps; each thread adds its blocks into its own
-    // accumulator (the helper's are the outputs), summed at the end.
-    Accumulators acc{MatMap(drk_t->flat<float>().data(), U, G), MatMap(dwx_t->flat<float>().data(), F, G),
-                     RowMap(db_t->flat<float>().data(), G)};
-    acc.Zero();
+    MatMap drk(drk_t->flat<float>().data(), U, G), dwx(dwx_t->flat<float>().data(), F, G);
+    RowMap db(db_t->flat<float>().data(), G);
+    drk.setZero();
+    dwx.setZero();
+    db.setZero();
     ArrMap dh(dh0_t->flat<float>().data(), B, U);  // the running gradients; final values dh0, dc0
     ArrMap dc(dc0_t->flat<float>().data(), B, U);
     dh = ConstArrMap(dh_last.flat<float>().data(), B, U);
@@ -254,41 +244,50 @@ class LstmBackwardOp : public OpKernel {
     const Mat wx_t = ConstMatMap(wx.flat<float>().data(), F, G).transpose();  // [4U, F]
 
     // Work on finished blocks of steps: block j holds steps [lo, hi) with lo = (top - j) kBlock,
-    // j = 0 the last (maybe short) one, in the order the loop below finishes them. Task 2j adds the
-    // block into the kernel and bias gradients, task 2j+1 writes its dxin rows. A helper thread
-    // claims tasks as the sequential loop finishes blocks; once the loop is done, this thread
-    // claims what is left, so neither waits on the other's backlog.
-    const int64_t top = (T - 1) / kBlock, tasks = 2 * (top + 1);
-    auto block_lo = [&](int64_t task) { return (top - task / 2) * kBlock; };
-    auto run_task = [&](int64_t task, Accumulators& into, Mat& scratch) {
-      const int64_t lo = block_lo(task), hi = std::min(lo + kBlock, T), n = (hi - lo) * B;
+    // j = 0 the last (maybe short) one, in the order the loop below finishes them. A helper thread
+    // adds blocks 0 .. top-1 into the kernel and bias gradients, in that order, and after each one
+    // claims a block's dxin rows; once the loop is done, this thread adds block top (the one it
+    // finished last) into its own sums, added at the end, and claims the dxin blocks left. Who sums
+    // which block is fixed, so the gradients do not depend on timing (training stays deterministic);
+    // only the dxin blocks, which write disjoint rows, go to whichever thread is free.
+    const int64_t top = (T - 1) / kBlock, blocks = top + 1;
+    auto block_lo = [&](int64_t j) { return (top - j) * kBlock; };
+    auto block_rows = [&](int64_t j) { return (std::min(block_lo(j) + kBlock, T) - block_lo(j)) * B; };
+    // scratch: the block's xin rows, time-major like dz
+    auto accumulate = [&](int64_t j, Mat& scratch, auto& into_drk, auto& into_dwx, auto& into_db) {
+      const int64_t lo = block_lo(j), n = block_rows(j);
       ConstMatMap dzb(dzp + lo * B * G, n, G);
-      scratch.resize(n, F);  // the block's xin (or dxin) rows, time-major like dz
-      if (task % 2 == 0) {
-        into.drk.noalias() += ConstMatMap(hmp + lo * B * U, n, U).transpose() * dzb;
-        for (int64_t t = lo; t < hi; ++t)
-          scratch.middleRows((t - lo) * B, B) = ConstStepMap(xinp + t * F, B, F, Stride(T * F)).matrix();
-        into.dwx.noalias() += scratch.transpose() * dzb;
-        for (int64_t r = 0; r < n; ++r) into.db += dzb.row(r);  // rows: contiguous
-      } else {
-        scratch.noalias() = dzb * wx_t;
-        for (int64_t t = lo; t < hi; ++t)
-          StepMap(dxinp + t * F, B, F, Stride(T * F)) = scratch.middleRows((t - lo) * B, B).array();
-      }
+      into_drk.noalias() += ConstMatMap(hmp + lo * B * U, n, U).transpose() * dzb;
+      scratch.resize(n, F);
+      for (int64_t t = lo; t < lo + n / B; ++t)
+        scratch.middleRows((t - lo) * B, B) = ConstStepMap(xinp + t * F, B, F, Stride(T * F)).matrix();
+      into_dwx.noalias() += scratch.transpose() * dzb;
+      for (int64_t r = 0; r < n; ++r) into_db += dzb.row(r);  // rows: contiguous
     };
-    std::atomic<int64_t> next_task{0};
+    auto write_dxin = [&](int64_t j, Mat& scratch) {  // scratch: the block's dxin rows, time-major
+      const int64_t lo = block_lo(j), n = block_rows(j);
+      scratch.noalias() = ConstMatMap(dzp + lo * B * G, n, G) * wx_t;
+      for (int64_t t = lo; t < lo + n / B; ++t)
+        StepMap(dxinp + t * F, B, F, Stride(T * F)) = scratch.middleRows((t - lo) * B, B).array();
+    };
+    std::atomic<int64_t> next_dxin{0};
     std::mutex mu;
     std::condition_variable cv;
     int64_t done_from = T;  // dz of steps >= done_from is written (guarded by mu)
+    auto wait_for = [&](int64_t j) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done_from <= block_lo(j); });
+    };
     std::thread helper([&] {
       Mat scratch;
-      for (int64_t task; (task = next_task.fetch_add(1)) < tasks;) {
-        const int64_t lo = block_lo(task);
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return done_from <= lo; });
+      for (int64_t j = 0; j < top; ++j) {
+        wait_for(j);
+        accumulate(j, scratch, drk, dwx, db);
+        const int64_t k = next_dxin.fetch_add(1);
+        if (k < blocks) {
+          wait_for(k);
+          write_dxin(k, scratch);
         }
-        run_task(task, acc, scratch);
       }
     });
 
@@ -326,17 +325,14 @@ class LstmBackwardOp : public OpKernel {
       }
     }
 
-    Mat drk_own = Mat::Zero(U, G), dwx_own = Mat::Zero(F, G), scratch;
-    Eigen::RowVectorXf db_own = Eigen::RowVectorXf::Zero(G);
-    Accumulators own{MatMap(drk_own.data(), U, G), MatMap(dwx_own.data(), F, G), RowMap(db_own.data(), G)};
-    bool used = false;
-    for (int64_t task; (task = next_task.fetch_add(1)) < tasks; used = true) run_task(task, own, scratch);
+    Mat scratch, drk_last = Mat::Zero(U, G), dwx_last = Mat::Zero(F, G);
+    Eigen::RowVectorXf db_last = Eigen::RowVectorXf::Zero(G);
+    accumulate(top, scratch, drk_last, dwx_last, db_last);
+    for (int64_t k; (k = next_dxin.fetch_add(1)) < blocks;) write_dxin(k, scratch);
     helper.join();
-    if (used) {
-      acc.drk += own.drk;
-      acc.dwx += own.dwx;
-      acc.db += own.db;
-    }
+    drk += drk_last;
+    dwx += dwx_last;
+    db += db_last;
   }
 };
 
