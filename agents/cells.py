@@ -149,7 +149,9 @@ class RecurrentCore(keras.layers.Layer):
 
     def kernel_for(self, inputs: tf.Tensor) -> str:
         """The recurrence implementation an unroll of ``inputs`` ``[B, T, F]`` uses: native|graph|scan."""
-        if self.kernel == "native" or (self.kernel == "auto" and self.cell_kind == "lstm" and _native_ok()):
+        if self.kernel == "native" or (
+            self.kernel == "auto" and self.cell_kind == "lstm" and native_available()
+        ):
             return "native"
         if self.kernel in ("auto", "graph") and self._graph_ok(inputs):
             return "graph"
@@ -193,12 +195,13 @@ class RecurrentCore(keras.layers.Layer):
 
 
 @functools.cache
-def _native_ok() -> bool:
+def native_available() -> bool:
     """Whether the native ops load here (built on the first call); logs the reason once if not."""
     ok, reason = native_ops.available()
     if not ok:
         log.warning(
-            "network.kernel=auto: native LSTM kernel unavailable (%s); using the graph kernel", reason
+            "network.kernel=auto: native ops unavailable (%s); using the graph kernel and TF LayerNorm",
+            reason,
         )
     return ok
 

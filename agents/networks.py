@@ -13,7 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents.cells import CELLS, RecurrentCore, State, core_weights, numpy_core_step
+from agents import native as native_ops
+from agents.cells import CELLS, RecurrentCore, State, core_weights, native_available, numpy_core_step
 
 
 @dataclass
@@ -41,6 +42,7 @@ class NetworkConfig:
     layer_norm: bool = False
     # Learner's recurrence implementation: auto | native (C++ op, lstm only) | graph | scan
     # (agents/cells.py). auto takes native for lstm where it builds, else graph, else scan.
+    # native (and auto where it builds) also runs each LayerNorm dense layer as one C++ op.
     kernel: str = "auto"
 
 
@@ -52,11 +54,18 @@ class DenseReLU(keras.layers.Dense):
 
     A Dense subclass, so ``kernel``/``bias`` (and variable paths ``<layer>/kernel``) stay those of
     a plain Dense; the LayerNorm scale and offset are ``<layer>/ln_gamma``, ``<layer>/ln_beta``.
+    ``kernel`` is the network's ``network.kernel``: with ``native`` (or ``auto`` where the native
+    ops load) a LayerNorm layer runs as one fused C++ op each way (``agents/native/dense_op.cc``)
+    instead of about 15 TF ops; ``graph`` and ``scan`` keep the TF ops. Same values and gradients
+    to float32 round-off.
     """
 
-    def __init__(self, units: int, layer_norm: bool = False, name: str | None = None) -> None:
+    def __init__(
+        self, units: int, layer_norm: bool = False, name: str | None = None, kernel: str = "graph"
+    ) -> None:
         super().__init__(units, activation="relu", name=name)
         self.layer_norm = bool(layer_norm)
+        self.kernel_choice = kernel
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
@@ -64,13 +73,48 @@ class DenseReLU(keras.layers.Dense):
             self.ln_gamma = self.add_weight(shape=(self.units,), initializer="ones", name="ln_gamma")
             self.ln_beta = self.add_weight(shape=(self.units,), initializer="zeros", name="ln_beta")
 
+    def uses_native(self) -> bool:
+        """Whether :meth:`call` runs the fused native op (only a ``layer_norm`` layer can)."""
+        if not self.layer_norm:
+            return False
+        return self.kernel_choice == "native" or (self.kernel_choice == "auto" and native_available())
+
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         if not self.layer_norm:
             return super().call(inputs)
-        y = tf.matmul(inputs, self.kernel) + self.bias  # [..., O]
+        weights = [tf.convert_to_tensor(w) for w in (self.kernel, self.bias, self.ln_gamma, self.ln_beta)]
+        if self.uses_native():
+            return dense_ln_relu_native(inputs, *weights)
+        kernel, bias, gamma, beta = weights
+        y = tf.matmul(inputs, kernel) + bias  # [..., O]
         mean, var = tf.nn.moments(y, axes=[-1], keepdims=True)
-        y = (y - mean) * tf.math.rsqrt(var + LN_EPSILON) * self.ln_gamma + self.ln_beta
+        y = (y - mean) * tf.math.rsqrt(var + LN_EPSILON) * gamma + beta
         return tf.nn.relu(y)
+
+
+def dense_ln_relu_native(
+    inputs: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor
+) -> tf.Tensor:
+    """``relu(LayerNorm(inputs kernel + bias) gamma + beta)`` by the native ops: ``[..., I] -> [..., O]``.
+
+    ``kernel`` ``[I, O]``; ``bias``, ``gamma``, ``beta`` ``[O]``. Raises
+    :class:`agents.native.NativeUnavailable` if the ops cannot load.
+    """
+    ops = native_ops.load()
+
+    @tf.custom_gradient
+    def run(inputs, kernel, bias, gamma, beta):
+        out, yhat, rstd = ops.recurrl_dense_ln_forward(inputs, kernel, bias, gamma, beta, epsilon=LN_EPSILON)
+
+        def grad(dout):
+            dx, dkernel, dbias, dgamma, dbeta = ops.recurrl_dense_ln_backward(
+                dout, inputs, kernel, gamma, yhat, rstd, out
+            )
+            return dx, dkernel, dbias, dgamma, dbeta
+
+        return out, grad
+
+    return run(inputs, kernel, bias, gamma, beta)
 
 
 def numpy_dense_relu(layer: DenseReLU) -> tuple[np.ndarray, ...]:
@@ -111,9 +155,9 @@ class RecurrentNetwork(keras.Model):
         self.input_dim = int(input_dim)
         self.output_dim = int(output_dim)
         ln = config.layer_norm
-        self.pre = [DenseReLU(n, ln, name=f"pre_{i}") for i, n in enumerate(config.pre_layers)]
+        self.pre = [DenseReLU(n, ln, f"pre_{i}", config.kernel) for i, n in enumerate(config.pre_layers)]
         self.core = RecurrentCore(config.cell, config.units, config.reset_after, config.kernel, name="core")
-        self.post = [DenseReLU(n, ln, name=f"post_{i}") for i, n in enumerate(config.post_layers)]
+        self.post = [DenseReLU(n, ln, f"post_{i}", config.kernel) for i, n in enumerate(config.post_layers)]
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.

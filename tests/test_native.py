@@ -1,4 +1,5 @@
-"""The native LSTM ops (agents/native): equal to the TF-graph kernel, any length, built once, optional."""
+"""The native ops (agents/native): LSTM equal to the TF-graph kernel at any length, dense + LayerNorm
++ ReLU equal to the TF layer; built once, optional."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from agents import fastrnn, native
+from agents.networks import DenseReLU
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,6 +89,47 @@ def test_the_op_rejects_inconsistent_shapes() -> None:
         ops.recurrl_lstm_backward(hs, h0, c0, keep, rk, cs, act, cm, hm, inputs, kernel[:-1])
 
 
+@pytest.mark.parametrize(
+    ("lead", "features", "units"), [((5, 3), 2, 8), ((4, 7), 3, 64), ((13,), 16, 5), ((2, 3, 4), 6, 9)]
+)
+def test_dense_layer_norm_op_equals_the_tf_layer(lead: tuple[int, ...], features: int, units: int) -> None:
+    """relu(LayerNorm(x W + b)): the fused op's output and its gradients (input, kernel, bias, scale,
+    offset) equal the TF ops', for inputs of rank 2 to 4."""
+    rng = np.random.default_rng(1)
+    layer = DenseReLU(units, layer_norm=True)
+    layer.build((None, features))
+    layer.ln_gamma.assign(rng.uniform(0.5, 1.5, units).astype(np.float32))
+    layer.ln_beta.assign(rng.normal(0.0, 0.3, units).astype(np.float32))
+    layer.bias.assign(rng.normal(0.0, 0.5, units).astype(np.float32))
+    x = tf.constant(rng.normal(size=(*lead, features)).astype(np.float32))
+    w = tf.constant(rng.normal(size=(*lead, units)).astype(np.float32))
+    results = []
+    for kernel in ("native", "graph"):
+        layer.kernel_choice = kernel
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * w)
+        grads = tape.gradient(loss, [x, layer.kernel, layer.bias, layer.ln_gamma, layer.ln_beta])
+        results.append([y, *grads])
+    assert layer.uses_native() is False and np.count_nonzero(results[0][0]) > 0
+    for a, b in zip(*results, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def test_the_dense_op_rejects_inconsistent_shapes() -> None:
+    ops = native.load()
+    x, w, v = tf.zeros([4, 3]), tf.zeros([3, 5]), tf.zeros([5])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="does not match w"):
+        ops.recurrl_dense_ln_forward(x[:, :2], w, v, v, v, epsilon=1e-3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="b, gamma and beta"):
+        ops.recurrl_dense_ln_forward(x, w, v[:4], v, v, epsilon=1e-3)
+    out, yhat, rstd = ops.recurrl_dense_ln_forward(x, w, v, v, v, epsilon=1e-3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rstd must have"):
+        ops.recurrl_dense_ln_backward(out, x, w, v, yhat, rstd[:3], out)
+
+
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
@@ -99,15 +142,15 @@ def test_build_is_cached_and_keyed(tmp_path: Path) -> None:
     code = "import logging; logging.basicConfig(level=logging.INFO); from agents import native; native.load()"
     first = _python(code, env)
     assert first.returncode == 0, first.stderr
-    assert "built lstm_op.cc" in first.stderr
-    (lib,) = tmp_path.glob("lstm_op-tf*.so")
+    assert "built lstm_op.cc dense_op.cc" in first.stderr
+    (lib,) = tmp_path.glob("recurrl_ops-tf*.so")
     second = _python(code, env)
     assert second.returncode == 0 and "built" not in second.stderr
     assert list(tmp_path.glob("*.so")) == [lib]
 
 
 def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path) -> None:
-    """No compiler and no cached library: auto warns and uses the graph kernel; an explicit
+    """No compiler and no cached library: auto warns and uses the graph kernel and TF LayerNorm; an explicit
     ``network.kernel=native`` fails with a one-line config error before anything is written."""
     env = {
         **os.environ,
@@ -121,13 +164,14 @@ def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path
     code = (
         "import tensorflow as tf\n"
         "from agents.networks import NetworkConfig, RecurrentNetwork\n"
-        "net = RecurrentNetwork(NetworkConfig(units=4), 3, 2, name='q')\n"
-        "print('kernel', net.core.kernel_for(tf.zeros([2, 5, 3])))\n"
+        "net = RecurrentNetwork(NetworkConfig(units=4, layer_norm=True), 3, 2, name='q')\n"
+        "kernel = net.core.kernel_for(tf.zeros([2, 5, 3]))\n"
+        "print('kernel', kernel, 'dense native', net.pre[0].uses_native())\n"
     )
     auto = _python(code, env)
     assert auto.returncode == 0, auto.stderr
-    assert "kernel graph" in auto.stdout
-    assert "native LSTM kernel unavailable (no C++ compiler" in auto.stderr
+    assert "kernel graph dense native False" in auto.stdout
+    assert "native ops unavailable (no C++ compiler" in auto.stderr
     run_dir = tmp_path / "run"
     refused = subprocess.run(
         [sys.executable, "-m", "scripts.train", "network.kernel=native", f"run_dir={run_dir}"],

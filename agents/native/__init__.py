@@ -2,11 +2,12 @@
 
 TensorFlow has no fused CPU LSTM op with a state reset per step, and its per-op cost (about 5 us
 here) is as large as the work of one LSTM step at the learner's shapes. ``lstm_op.cc`` runs a whole
-sequence (forward, or backward) in one op. It is compiled with the system C++ compiler against the
-installed TensorFlow's headers (``tf.sysconfig``), about 10 s once, and cached under
-``$RECURRL_CACHE_DIR`` (default ``~/.cache/recurrl``; a temp dir if that is not writable) keyed by
-the source, TensorFlow version, flags and CPU, so a changed machine or TF rebuilds instead of
-loading a stale library. A cached library loads without a compiler.
+sequence (forward, or backward) in one op; ``dense_op.cc`` one dense + LayerNorm + ReLU layer
+(forward, or backward), which is about 15 TF ops each way. They are compiled with the system C++
+compiler against the installed TensorFlow's headers (``tf.sysconfig``), about 40 s once on 2
+cores, and cached under ``$RECURRL_CACHE_DIR`` (default ``~/.cache/recurrl``; a temp dir if that
+is not writable) keyed by the sources, TensorFlow version, flags and CPU, so a changed machine or
+TF rebuilds instead of loading a stale library. A cached library loads without a compiler.
 
 ``python -m agents.native`` builds (or finds) the library and says whether it loads: the Docker image runs
 it at build time. Where no compiler exists, :func:`load` raises :class:`NativeUnavailable` and
@@ -30,7 +31,7 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("lstm_op.cc")
+SOURCES = [Path(__file__).with_name(name) for name in ("lstm_op.cc", "dense_op.cc")]
 # -march=native: the library is built on (and keyed to) the CPU it runs on.
 CXXFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-w"]
 
@@ -64,24 +65,50 @@ def _cache_dirs() -> list[Path]:
     return [Path(root), Path(tempfile.gettempdir()) / f"recurrl-{os.getuid()}"]
 
 
+def _names() -> str:
+    return " ".join(src.name for src in SOURCES)
+
+
+def _run(cmds: list[list[str]]) -> None:
+    """Run the commands concurrently (one per source: each takes ~30 s, mostly TF's headers)."""
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for cmd in cmds
+    ]
+    errors = []
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            err += "\ntimed out after 600 s"
+        if proc.returncode != 0:
+            errors.append((err.strip().splitlines() or ["(no output)"])[-1])
+    if errors:
+        raise NativeUnavailable(f"compiling {_names()} failed: {errors[0]}")
+
+
 def _build(cxx: str, compile_flags: list[str], link_flags: list[str], out: Path) -> None:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    cmd = [cxx, *CXXFLAGS, *compile_flags, str(SOURCE), "-o", str(tmp), *link_flags]
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise NativeUnavailable(f"compiling {SOURCE.name} failed: {tail}")
-        os.replace(tmp, out)  # atomic: concurrent builders never load a half-written file
-    finally:
-        tmp.unlink(missing_ok=True)
-    log.info("built %s in %.1f s: %s", SOURCE.name, time.perf_counter() - start, out)
+    with tempfile.TemporaryDirectory(dir=out.parent) as work:
+        objects = [os.path.join(work, src.stem + ".o") for src in SOURCES]
+        flags = [*CXXFLAGS, *compile_flags]
+        try:
+            _run(
+                [[cxx, *flags, "-c", str(src), "-o", obj] for src, obj in zip(SOURCES, objects, strict=True)]
+            )
+            _run([[cxx, *flags, *objects, "-o", str(tmp), *link_flags]])
+            os.replace(tmp, out)  # atomic: concurrent builders never load a half-written file
+        finally:
+            tmp.unlink(missing_ok=True)
+    log.info("built %s in %.1f s: %s", _names(), time.perf_counter() - start, out)
 
 
 @functools.cache
 def load() -> ModuleType:
-    """The loaded op library (``recurrl_lstm_forward``, ``recurrl_lstm_backward``); builds it if needed.
+    """The loaded op library (``recurrl_lstm_forward``/``_backward``, ``recurrl_dense_ln_forward``/
+    ``_backward``); builds it if needed.
 
     Raises:
         NativeUnavailable: with the reason, if it cannot be built or loaded.
@@ -89,9 +116,16 @@ def load() -> ModuleType:
     import tensorflow as tf
 
     compile_flags, link_flags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
-    parts = [SOURCE.read_text(), tf.__version__, *compile_flags, *link_flags, *CXXFLAGS, _cpu_signature()]
+    parts = [
+        *(src.read_text() for src in SOURCES),
+        tf.__version__,
+        *compile_flags,
+        *link_flags,
+        *CXXFLAGS,
+        _cpu_signature(),
+    ]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-    name = f"lstm_op-tf{tf.__version__}-{key}.so"
+    name = f"recurrl_ops-tf{tf.__version__}-{key}.so"
     errors = []
     for cache in _cache_dirs():
         path = cache / name
