@@ -32,6 +32,7 @@ from types import ModuleType
 log = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).with_name(name) for name in ("lstm_op.cc", "dense_op.cc")]
+HEADERS = [Path(__file__).with_name("common.h")]
 # -march=native: the library is built on (and keyed to) the CPU it runs on.
 CXXFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-w"]
 
@@ -117,7 +118,7 @@ def load() -> ModuleType:
 
     compile_flags, link_flags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
     parts = [
-        *(src.read_text() for src in SOURCES),
+        *(src.read_text() for src in SOURCES + HEADERS),
         tf.__version__,
         *compile_flags,
         *link_flags,

@@ -20,28 +20,12 @@
 
 #include <cmath>
 
-#include "Eigen/Core"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
+#include "common.h"
+
+using namespace recurrl;  // NOLINT: the shared TF names and Eigen maps
 
 namespace {
 
-using tensorflow::DEVICE_CPU;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::errors::InvalidArgument;
-namespace shape_inference = tensorflow::shape_inference;
-
-using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatMap = Eigen::Map<Mat>;
-using ConstMatMap = Eigen::Map<const Mat>;
-using Arr = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ArrMap = Eigen::Map<Arr>;
-using ConstArrMap = Eigen::Map<const Arr>;
 using Row = Eigen::Array<float, 1, Eigen::Dynamic>;
 using RowMap = Eigen::Map<Row>;
 using ConstRowMap = Eigen::Map<const Row>;
