@@ -11,10 +11,10 @@
 //                       c = f cm + i g;  h = o tanh(c)
 //   backward, per step: dz from dh, dc and the saved gates;  dh' = keep_t dz U^T;  dc' = keep_t f dc
 //   over blocks of finished steps, while the sequential loop goes on, a helper thread computes
-//   dU += hm_blk^T dz_blk, dW += xin_blk^T dz_blk, dbias += sum dz_blk and dxin_blk = dz_blk W^T (the
-//   input projection x = xin W + bias is a TF matmul in the forward; its gradient lives here, so
-//   no large matmul waits for the loop to end). The loop's thread sums the last block and takes the
-//   dxin blocks left at its end; who sums which block is fixed, so the sums do not depend on timing.
+//   [dU; dW; dbias] += [hm | xin | 1]_blk^T dz_blk (one GEMM) and dxin_blk = dz_blk W^T (the input
+//   projection x = xin W + bias is a TF matmul in the forward; its gradient lives here, so no large
+//   matmul waits for the loop to end); the loop's thread takes blocks too once it is done. Each
+//   block's terms are added in block order, so the sums do not depend on which thread took which.
 //
 // Tensors TF sees (x, keep, hs, dhs, xin, dxin) are batch-major [B, T, ...] like the network's
 // layers, so no transposes surround the ops; what only the backward op reads (cs, act, hm, cm) is
@@ -219,61 +219,62 @@ class LstmBackwardOp : public OpKernel {
     drk.setZero();
     dwx.setZero();
     db.setZero();
-    ArrMap dh(dh0_t->flat<float>().data(), B, U);  // the running gradients; final values dh0, dc0
-    ArrMap dc(dc0_t->flat<float>().data(), B, U);
-    dh = ConstArrMap(dh_last.flat<float>().data(), B, U);
-    dc = ConstArrMap(dc_last.flat<float>().data(), B, U);
+    float* dhp = dh0_t->flat<float>().data();  // the running gradients; final values dh0, dc0
+    float* dcp = dc0_t->flat<float>().data();
+    std::copy_n(dh_last.flat<float>().data(), B * U, dhp);
+    std::copy_n(dc_last.flat<float>().data(), B * U, dcp);
     std::fill_n(dxinp, B * T * F, 0.0f);
     if (T == 0 || B == 0 || U == 0) return;
     const Mat wx_t = ConstMatMap(wx.flat<float>().data(), F, G).transpose();  // [4U, F]
 
-    // Work on finished blocks of steps: block j holds steps [lo, hi) with lo = (top - j) kBlock,
-    // j = 0 the last (maybe short) one, in the order the loop below finishes them. A helper thread
-    // adds blocks 0 .. top-1 into the kernel and bias gradients, in that order, and after each one
-    // claims a block's dxin rows; once the loop is done, this thread adds block top (the one it
-    // finished last) into its own sums, added at the end, and claims the dxin blocks left. Who sums
-    // which block is fixed, so the gradients do not depend on timing (training stays deterministic);
-    // only the dxin blocks, which write disjoint rows, go to whichever thread is free.
-    const int64_t top = (T - 1) / kBlock, blocks = top + 1;
+    // Block j holds steps [lo, hi) with lo = (top - j) kBlock, j = 0 the last (maybe short) one, in
+    // the order the loop below finishes them. Task j, taken by whichever thread is free (a helper
+    // thread while the loop runs, both once it is done):
+    //   P_j = [hm | xin | 1]_j^T dz_j      ([U + F + 1, 4U]: the block's terms of drk, dwx, dbias,
+    //                                        one GEMM in the thread's scratch)
+    //   dxin_j = dz_j W^T                    (the block's rows of dxin)
+    //   sums += P_j, in block order          (waits for task j - 1's add, a short one)
+    // so the sums are ((P_0 + P_1) + P_2) ... whichever thread computed which block: the gradients
+    // do not depend on timing and training stays deterministic.
+    const int64_t top = (T - 1) / kBlock, blocks = top + 1, K = U + F + 1;
     auto block_lo = [&](int64_t j) { return (top - j) * kBlock; };
     auto block_rows = [&](int64_t j) { return (std::min(block_lo(j) + kBlock, T) - block_lo(j)) * B; };
-    // scratch: the block's xin rows, time-major like dz
-    auto accumulate = [&](int64_t j, Mat& scratch, auto& into_drk, auto& into_dwx, auto& into_db) {
-      const int64_t lo = block_lo(j), n = block_rows(j);
-      ConstMatMap dzb(dzp + lo * B * G, n, G);
-      into_drk.noalias() += ConstMatMap(hmp + lo * B * U, n, U).transpose() * dzb;
-      scratch.resize(n, F);
-      for (int64_t t = lo; t < lo + n / B; ++t)
-        scratch.middleRows((t - lo) * B, B) = ConstStepMap(xinp + t * F, B, F, Stride(T * F)).matrix();
-      into_dwx.noalias() += scratch.transpose() * dzb;
-      for (int64_t r = 0; r < n; ++r) into_db += dzb.row(r);  // rows: contiguous
-    };
-    auto write_dxin = [&](int64_t j, Mat& scratch) {  // scratch: the block's dxin rows, time-major
-      const int64_t lo = block_lo(j), n = block_rows(j);
-      scratch.noalias() = ConstMatMap(dzp + lo * B * G, n, G) * wx_t;
-      for (int64_t t = lo; t < lo + n / B; ++t)
-        StepMap(dxinp + t * F, B, F, Stride(T * F)) = scratch.middleRows((t - lo) * B, B).array();
-    };
-    std::atomic<int64_t> next_dxin{0};
     std::mutex mu;
     std::condition_variable cv;
     int64_t done_from = T;  // dz of steps >= done_from is written (guarded by mu)
-    auto wait_for = [&](int64_t j) {
+    int64_t added = 0;      // P_0 .. P_{added-1} are in the sums (guarded by mu)
+    std::atomic<int64_t> next_task{0};
+    auto wait_until = [&](auto ready) {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return done_from <= block_lo(j); });
+      cv.wait(lock, ready);
     };
-    std::thread helper([&] {
-      Mat scratch;
-      for (int64_t j = 0; j < top; ++j) {
-        wait_for(j);
-        accumulate(j, scratch, drk, dwx, db);
-        const int64_t k = next_dxin.fetch_add(1);
-        if (k < blocks) {
-          wait_for(k);
-          write_dxin(k, scratch);
+    auto work = [&] {  // run tasks until none is left
+      Mat lhs, terms, rows;  // [n, K] = [hm | xin | 1], P_j, dxin rows (time-major like dz)
+      for (int64_t j; (j = next_task.fetch_add(1)) < blocks;) {
+        const int64_t lo = block_lo(j), n = block_rows(j);
+        wait_until([&] { return done_from <= lo; });
+        lhs.resize(n, K);
+        lhs.leftCols(U) = ConstMatMap(hmp + lo * B * U, n, U);
+        for (int64_t t = lo; t < lo + n / B; ++t)
+          lhs.block((t - lo) * B, U, B, F) = ConstStepMap(xinp + t * F, B, F, Stride(T * F)).matrix();
+        lhs.col(K - 1).setOnes();
+        const ConstMatMap dzb(dzp + lo * B * G, n, G);
+        terms.noalias() = lhs.transpose() * dzb;
+        rows.noalias() = dzb * wx_t;
+        for (int64_t t = lo; t < lo + n / B; ++t)
+          StepMap(dxinp + t * F, B, F, Stride(T * F)) = rows.middleRows((t - lo) * B, B).array();
+        wait_until([&] { return added == j; });
+        drk += terms.topRows(U);
+        dwx += terms.middleRows(U, F);
+        db += terms.row(K - 1);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          added = j + 1;
         }
+        cv.notify_all();
       }
-    });
+    };
+    std::thread helper(work);
 
     const float* kp = keep.flat<float>().data();
     const float* csp = cs.flat<float>().data();
@@ -284,39 +285,42 @@ class LstmBackwardOp : public OpKernel {
     Arr tc(B, U);
     Mat dhm(B, U);
     for (int64_t t = T - 1; t >= 0; --t) {
-      ConstKeepMap k(kp + t, B, Eigen::InnerStride<>(T));
-      ConstArrMap a(actp + t * B * G, B, G);
-      ConstArrMap cm(cmp + t * B * U, B, U);
-      const auto i = a.leftCols(U);
-      const auto f = a.middleCols(U, U);
-      const auto g = a.middleCols(2 * U, U);
-      const auto o = a.rightCols(U);
       tc = ConstArrMap(csp + t * B * U, B, U).tanh();
-      dh += ConstStepMap(dhsp + t * U, B, U, Stride(T * U));
-      dc += dh * o * (1.0f - tc * tc);
-      ArrMap dz(dzp + t * B * G, B, G);
-      dz.leftCols(U) = dc * g * i * (1.0f - i);
-      dz.middleCols(U, U) = dc * cm * f * (1.0f - f);
-      dz.middleCols(2 * U, U) = dc * i * (1.0f - g * g);
-      dz.rightCols(U) = dh * tc * o * (1.0f - o);
-      dhm.noalias() = MatMap(dz.data(), B, G) * rk_t;
-      dh = dhm.array().colwise() * k;
-      dc = (dc * f).colwise() * k;
+      float* dz = dzp + t * B * G;
+      for (int64_t b = 0; b < B; ++b) {  // plain loops: vectorised by the compiler, ~2x Eigen's blocks here
+        const float* a = actp + (t * B + b) * G;  // i, f, g, o
+        const float* cm = cmp + (t * B + b) * U;
+        const float* tcb = tc.data() + b * U;
+        const float* dhs_b = dhsp + (b * T + t) * U;
+        float* dzb = dz + b * G;
+        float* dh = dhp + b * U;
+        float* dc = dcp + b * U;
+#pragma GCC ivdep
+        for (int64_t u = 0; u < U; ++u) {  // no aliasing: inputs, dz, dh and dc are distinct buffers
+          const float i = a[u], f = a[U + u], g = a[2 * U + u], o = a[3 * U + u], th = tcb[u];
+          const float dhv = dh[u] + dhs_b[u];
+          const float dcv = dc[u] + dhv * o * (1.0f - th * th);
+          dzb[u] = dcv * g * i * (1.0f - i);
+          dzb[U + u] = dcv * cm[u] * f * (1.0f - f);
+          dzb[2 * U + u] = dcv * i * (1.0f - g * g);
+          dzb[3 * U + u] = dhv * th * o * (1.0f - o);
+          dc[u] = dcv * f;  // times keep below
+        }
+      }
+      dhm.noalias() = ConstMatMap(dz, B, G) * rk_t;
+      ConstKeepMap k(kp + t, B, Eigen::InnerStride<>(T));
+      ArrMap(dhp, B, U) = dhm.array().colwise() * k;
+      ArrMap(dcp, B, U).colwise() *= k;
       if (t % kBlock == 0) {  // blocks end at multiples of kBlock (the first one, at T, may be short)
-        std::lock_guard<std::mutex> lock(mu);
-        done_from = t;
-        cv.notify_one();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          done_from = t;
+        }
+        cv.notify_all();
       }
     }
-
-    Mat scratch, drk_last = Mat::Zero(U, G), dwx_last = Mat::Zero(F, G);
-    Eigen::RowVectorXf db_last = Eigen::RowVectorXf::Zero(G);
-    accumulate(top, scratch, drk_last, dwx_last, db_last);
-    for (int64_t k; (k = next_dxin.fetch_add(1)) < blocks;) write_dxin(k, scratch);
+    work();
     helper.join();
-    drk += drk_last;
-    dwx += dwx_last;
-    db += db_last;
   }
 };
 
