@@ -39,3 +39,23 @@ def test_a_wrong_shape_is_refused_naming_the_key() -> None:
     run = CompiledStep(make()[0])
     with pytest.raises(ValueError, match="x: shape \\(2, 4\\)"):
         run({"x": np.zeros((2, 4), np.float32), "n": np.zeros(2, np.int32)})
+
+
+def test_inputs_reach_their_keys_by_the_flat_call_and_the_public_one() -> None:
+    """Same-dtype inputs given out of sorted order land on their own keys, both through the flat
+    call and through the public call the step falls back to where TF lacks ``_call_flat``."""
+    spec = {"b": tf.TensorSpec([2], tf.float32), "a": tf.TensorSpec([2], tf.float32)}
+    fn = tf.function(lambda batch: {"d": batch["a"] - 10.0 * batch["b"]}, input_signature=[spec])
+    feed = {"b": np.array([1.0, 2.0], np.float32), "a": np.array([5.0, 7.0], np.float32)}
+    run = CompiledStep(fn)
+    np.testing.assert_array_equal(run(feed)["d"], [-5.0, -13.0])
+
+    class Public:  # the concrete function without its private flat call
+        def __init__(self, concrete) -> None:
+            self.concrete = concrete
+
+        def __call__(self, tensors):
+            return self.concrete(tensors)
+
+    run._concrete = Public(run._concrete)
+    np.testing.assert_array_equal(run(feed)["d"], [-5.0, -13.0])
