@@ -21,7 +21,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Debian's Python 3.11, tini and g++, unpinned (DL3008): Debian's archive keeps only the newest
 # bookworm version of a package, so a pinned patch version stops installing when the next update
-# lands. g++ builds the native LSTM op (agents/native) for the CPU the container runs on.
+# lands. g++ builds the native ops (agents/native) for the CPU the container runs on.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv tini g++ \
@@ -41,8 +41,8 @@ print('\n'.join(d for d in deps if not d.startswith('tensorflow==')))" > /tmp/re
 
 # The project. --no-deps keeps the TensorFlow chosen above (pyproject names plain `tensorflow`).
 COPY . .
-# The native LSTM op is built here for the build host's CPU; a container on another CPU builds its
-# own copy (about 10 s) into a temp dir on first use, since /opt/recurrl-cache is read-only to it.
+# The native ops are built here for the build host's CPU; a container on another CPU builds its
+# own copy (about 40 s) into a temp dir on first use, since /opt/recurrl-cache is read-only to it.
 RUN pip install --no-deps --no-build-isolation . \
     && rm -rf build ./*.egg-info \
     && python -m agents.native \
