@@ -30,15 +30,6 @@ using Row = Eigen::Array<float, 1, Eigen::Dynamic>;
 using RowMap = Eigen::Map<Row>;
 using ConstRowMap = Eigen::Map<const Row>;
 
-// [..., I] -> [..., O]: the same leading dimensions with the last one replaced.
-absl::Status RowsShape(shape_inference::InferenceContext* c, int input, shape_inference::DimensionHandle last,
-                       shape_inference::ShapeHandle* out) {
-  shape_inference::ShapeHandle x, lead;
-  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(input), 2, &x));
-  TF_RETURN_IF_ERROR(c->Subshape(x, 0, -1, &lead));
-  return c->Concatenate(lead, c->Vector(last), out);
-}
-
 // Number of rows of a [..., I] tensor (the product of its leading dimensions).
 int64_t Rows(const Tensor& t) { return t.dims() < 2 ? 0 : t.NumElements() / t.dim_size(t.dims() - 1); }
 
@@ -55,10 +46,11 @@ REGISTER_OP("RecurrlDenseLnForward")
     .Output("yhat: float")  // [..., O] normalised pre-activation (for the backward op)
     .Output("rstd: float")  // [...] 1 / sqrt(var + epsilon) per row (for the backward op)
     .SetShapeFn([](shape_inference::InferenceContext* c) {
-      shape_inference::ShapeHandle w, out, lead;
+      shape_inference::ShapeHandle x, w, lead, out;  // out: [..., O], lead: [...]
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 2, &x));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &w));
-      TF_RETURN_IF_ERROR(RowsShape(c, 0, c->Dim(w, 1), &out));
-      TF_RETURN_IF_ERROR(c->Subshape(c->input(0), 0, -1, &lead));
+      TF_RETURN_IF_ERROR(c->Subshape(x, 0, -1, &lead));
+      TF_RETURN_IF_ERROR(c->Concatenate(lead, c->Vector(c->Dim(w, 1)), &out));
       c->set_output(0, out);
       c->set_output(1, out);
       c->set_output(2, lead);
