@@ -1,20 +1,36 @@
-"""Checkpoints: networks, optimisers and counters via ``tf.train.CheckpointManager``, plus replay
-and RNG state in a numpy file, and a sentinel that marks the pair complete.
+"""Checkpoints: networks, optimisers and counters (``tf.train.Checkpoint``), replay and RNG state
+in a numpy file, and a sentinel that marks the pair complete.
 
-A crash while saving leaves no sentinel, so :meth:`Checkpointer.latest` skips that half-written step
-and resume starts from the previous complete one (the pattern Dopamine uses).
+Every file is written to a temporary name, fsynced and renamed, and the sentinel
+``complete-<step>.json`` comes last: a crash or kill while saving leaves no sentinel, so that step
+is never used. Restoring walks back from the newest sentinel to the newest checkpoint that loads
+completely, saying which it skipped and why. Only ``max_to_keep`` complete checkpoints are kept;
+older and unfinished files are removed after each successful save.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
+from agents.rundir import atomic_write, fsync_dir
+from envs.config import ConfigError
+
+log = logging.getLogger("recurrl")
+
 SENTINEL = "complete-{step}.json"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 class Checkpointer:
@@ -23,53 +39,103 @@ class Checkpointer:
     def __init__(self, run_dir: str | os.PathLike, max_to_keep: int = 2, **objects) -> None:
         self.dir = Path(run_dir) / "ckpt"
         self.checkpoint = tf.train.Checkpoint(**objects)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, str(self.dir), max_to_keep=max_to_keep, checkpoint_name="ckpt"
-        )
         self.max_to_keep = max_to_keep
 
-    def save(self, step: int, extra: dict[str, np.ndarray], info: dict) -> None:
-        """Write weights (TF), ``extra`` arrays (npz) and, last, the completion sentinel."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        prefix = self.manager.save(checkpoint_number=step)
-        tmp = self.dir / f"state-{step}.tmp.npz"
-        np.savez(tmp, **extra)
-        os.replace(tmp, self.dir / f"state-{step}.npz")
-        sentinel = {"step": step, "tf_prefix": os.path.basename(prefix), **info}
-        (self.dir / SENTINEL.format(step=step)).write_text(json.dumps(sentinel))
-        self._prune()
+    def _prefix(self, step: int) -> str:
+        return str(self.dir / f"ckpt-{step}")
 
-    def _prune(self) -> None:
-        steps = sorted(self.complete_steps())
-        for step in steps[: -self.max_to_keep]:
-            for name in (SENTINEL.format(step=step), f"state-{step}.npz"):
-                (self.dir / name).unlink(missing_ok=True)
+    def save(self, step: int, extra: dict[str, np.ndarray], info: dict) -> None:
+        """Write weights (TF), ``extra`` arrays (npz) and, last, the completion sentinel; all fsynced."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / SENTINEL.format(step=step)).unlink(missing_ok=True)  # re-saving a step: void it first
+        prefix = self.checkpoint.write(self._prefix(step))
+        for path in self.dir.glob(f"{os.path.basename(prefix)}.*"):
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        tmp = self.dir / f".state-{step}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **extra)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.dir / f"state-{step}.npz")
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(self.dir)
+        sentinel = {"step": step, "tf_prefix": os.path.basename(prefix), **info}
+        atomic_write(self.dir / SENTINEL.format(step=step), json.dumps(sentinel))
+        self._prune(keep_newest=step)
+
+    def _prune(self, keep_newest: int) -> None:
+        """Keep the newest ``max_to_keep`` complete steps; remove every other step's files and temps."""
+        keep = {s for s in self.complete_steps() if s <= keep_newest}
+        keep = set(sorted(keep)[-self.max_to_keep :])
+        for path in self.dir.iterdir():
+            step = _step_of(path.name)
+            if path.name.startswith(".") or (step is not None and step not in keep):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
 
     def complete_steps(self) -> list[int]:
-        """Steps with a completion sentinel whose files all exist."""
+        """Steps that have a completion sentinel, oldest first (their files are checked on restore)."""
+        if not self.dir.is_dir():
+            return []
         steps = []
         for path in self.dir.glob("complete-*.json"):
-            step = int(path.stem.split("-")[1])
-            index = self.dir / f"ckpt-{step}.index"
-            if index.exists() and (self.dir / f"state-{step}.npz").exists():
+            step = _step_of(path.name)
+            if step is not None:
                 steps.append(step)
         return sorted(steps)
 
     def latest(self) -> int | None:
-        """The newest complete step, or None."""
+        """The newest step with a sentinel, or None."""
         steps = self.complete_steps()
         return steps[-1] if steps else None
 
-    def restore(self, step: int) -> tuple[dict[str, np.ndarray], dict]:
-        """Restore trackables at ``step``; return its numpy state and sentinel info."""
-        self.checkpoint.restore(str(self.dir / f"ckpt-{step}")).assert_existing_objects_matched()
-        with np.load(self.dir / f"state-{step}.npz") as f:
-            extra = {k: f[k] for k in f.files}
+    def load(self, step: int) -> tuple[dict[str, np.ndarray], dict]:
+        """Restore trackables at ``step``; return its numpy state and sentinel info. Raises if any
+        part is missing or damaged."""
         info = json.loads((self.dir / SENTINEL.format(step=step)).read_text())
+        with np.load(self.dir / f"state-{step}.npz") as f:
+            extra = {k: f[k] for k in f.files}  # reads every array: a truncated file fails here
+        self.checkpoint.read(self._prefix(step)).assert_existing_objects_matched()
         return extra, info
+
+    def restore_latest(self, apply: Callable[[dict[str, np.ndarray], dict], None]) -> int:
+        """Restore the newest checkpoint that loads completely and that ``apply(extra, info)`` accepts.
+
+        Damaged checkpoints are skipped with a warning naming the step and the reason. Returns the
+        restored step; raises :class:`ConfigError` (one line) if none can be used.
+        """
+        skipped = []
+        for step in reversed(self.complete_steps()):
+            try:
+                extra, info = self.load(step)
+                apply(extra, info)
+            except Exception as exc:  # noqa: BLE001 - any failure means: try the previous checkpoint
+                reason = _first_line(exc)
+                log.warning("checkpoint at env step %d skipped: %s", step, reason)
+                skipped.append(f"step {step}: {reason}")
+                continue
+            if skipped:
+                log.warning("restored the checkpoint at env step %d instead", step)
+            return step
+        detail = "; ".join(skipped) if skipped else "no complete checkpoint"
+        raise ConfigError(f"resume={str(self.dir.parent)!r} has no usable checkpoint ({detail})")
+
+
+def _step_of(name: str) -> int | None:
+    """The env step in a checkpoint file name (``ckpt-4000.index``, ``state-4000.npz``, ...)."""
+    for head in ("ckpt-", "state-", "complete-"):
+        if name.startswith(head):
+            digits = name[len(head) :].split(".", 1)[0].split("_", 1)[0]
+            return int(digits) if digits.isdigit() else None
+    return None
 
 
 def is_run_dir(path: str | os.PathLike) -> bool:
-    """True if ``path`` holds a run with at least one complete checkpoint."""
+    """True if ``path`` holds a run with at least one checkpoint sentinel."""
     d = Path(path) / "ckpt"
     return d.is_dir() and any(d.glob("complete-*.json"))

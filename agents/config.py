@@ -231,12 +231,47 @@ def config_from_dict(data: dict) -> Config:
     return OmegaConf.to_object(merged)
 
 
+# Keys a resumed run cannot change: they fix the networks' shapes, the env (and so the replay's
+# layout) or the random streams the checkpoint continues. Everything else (learning rates, budgets,
+# schedules, evaluation and logging settings, the backend that runs the same weights) may change.
+FROZEN_ON_RESUME = (
+    "env.",
+    "network.",
+    "replay.capacity",
+    "agent.kind",
+    "agent.name",
+    "agent.twin_critics",
+    "agent.shared_core",
+    "seed",
+)
+MUTABLE_UNDER_FROZEN = ("network.kernel", "network.backend")
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out or {prefix[:-1]: {}}
+    return {prefix[:-1]: data}
+
+
+def _frozen(key: str) -> bool:
+    if key.startswith(MUTABLE_UNDER_FROZEN):
+        return False
+    return any(key == f or key.startswith(f) if f.endswith(".") else key == f for f in FROZEN_ON_RESUME)
+
+
 def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
     """The config a run was started with (``run_dir/config.json``), with ``key=value`` overrides.
 
-    Group selections (``agent=...``, ``env=...``) cannot change a run that already exists.
+    Overrides that restate the run's own values (``agent=rdqn`` for an rdqn run) are accepted;
+    changing a key of :data:`FROZEN_ON_RESUME` is a :class:`ConfigError` naming the key; every key
+    that does change is logged.
     """
+    import dataclasses
     import json
+    import logging
     from pathlib import Path
 
     from omegaconf import OmegaConf
@@ -245,17 +280,36 @@ def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise ConfigError(f"resume={run_dir!r} holds no run: {path} is missing")
-    config = config_from_dict(json.loads(path.read_text()))
-    overrides = list(overrides or [])
-    groups = [o for o in overrides if o.split("=", 1)[0] in ("agent", "env")]
-    if groups:
-        raise ConfigError(f"{groups[0]} cannot change a resumed run; resume keeps its agent and env")
-    node = OmegaConf.structured(config)
     try:
-        node.merge_with_dotlist([o.lstrip("+") for o in overrides if not o.startswith("hydra.")])
+        saved = config_from_dict(json.loads(path.read_text()))
+    except (ValueError, OmegaConfBaseException) as exc:
+        raise ConfigError(f"resume={run_dir!r}: {path} is unreadable ({str(exc).splitlines()[0]})") from None
+    overrides = [o.lstrip("+") for o in (overrides or []) if not o.lstrip("+").startswith("hydra.")]
+    keys = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key in ("agent", "env"):  # a group: only the run's own preset is accepted
+            own = getattr(saved, key).name
+            if value != own:
+                raise ConfigError(f"{key}={value} cannot change a resumed run (it was {key}={own})")
+        else:
+            keys.append(item)
+    node = OmegaConf.structured(saved)
+    try:
+        node.merge_with_dotlist(keys)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"override rejected on resume: {str(exc).splitlines()[0]}") from None
     config = OmegaConf.to_object(node)
+    before, after = _flatten(dataclasses.asdict(saved)), _flatten(dataclasses.asdict(config))
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old == new or key in ("resume", "run_dir"):
+            continue
+        if _frozen(key):
+            raise ConfigError(
+                f"{key}={new!r} cannot change a resumed run (it was {old!r}); start a new run instead"
+            )
+        logging.getLogger("recurrl").info("resume: %s=%r (was %r)", key, new, old)
     config.resume = str(run_dir)
     config.run_dir = str(run_dir)
     return config

@@ -23,19 +23,27 @@ from agents import native
 from agents.actor import Actor, EpsilonGreedy, evaluate
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
-from agents.metrics import MetricsWriter
+from agents.guards import NonFiniteError, StopSignals, nonfinite_env, nonfinite_metrics
+from agents.metrics import MetricsWriter, read_progress, rewind
 from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
 from agents.rddpg import build_rddpg
 from agents.rdqn import RDQNLearner, epsilon_at
 from agents.replay import SequenceReplay
+from agents.rundir import RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
 from envs import describe_env, make_vec_env
 from envs.config import ConfigError
 from envs.make import EnvSpec
 
 log = logging.getLogger("recurrl")
 
+# Each random stream of a run draws from ``seed`` plus its own offset, so no two share a seed.
 EVAL_SEED_OFFSET = 1_000_003  # eval envs never share seeds with training envs
+REPLAY_SEED_OFFSET = 29  # replay sampling
+ENV_RESEED_OFFSET = 1000  # training envs: seed + this * evaluations so far (a resumed run re-seeds)
+ACTOR_RESET_SEED_STRIDE = 7919  # first reset of the actor's envs: seed + this * env steps so far
+
+__all__ = ["Counters", "NonFiniteError", "build_agent", "configure_tf_threads", "train"]
 
 
 @dataclasses.dataclass
@@ -69,23 +77,6 @@ def build_agent(config: Config, spec: EnvSpec, counters: Counters):
     if config.agent.kind == "rddpg":
         return build_rddpg(config, spec, counters)
     raise ConfigError(f"agent.kind={config.agent.kind!r} is invalid: allowed rdqn|rddpg")
-
-
-def _prepare_run_dir(config: Config) -> Path:
-    if config.resume:
-        if not is_run_dir(config.resume):
-            raise ConfigError(
-                f"resume={config.resume!r} holds no run: no complete checkpoint under "
-                f"{Path(config.resume) / 'ckpt'}"
-            )
-        return Path(config.resume)
-    run_dir = Path(config.run_dir)
-    if is_run_dir(run_dir):
-        raise ConfigError(
-            f"run_dir={str(run_dir)!r} already holds a run; pass resume={run_dir} to continue it "
-            "or choose another hydra.run.dir"
-        )
-    return run_dir
 
 
 class _LearnerLog:
@@ -140,8 +131,29 @@ def configure_tf_threads(t: TrainConfig) -> bool:
     return True
 
 
+def _claim_run_dir(config: Config) -> RunLock:
+    """Claim the run directory: the resumed one, or a fresh one (suffixed if another launch holds it)."""
+    if config.resume:
+        run_dir = Path(config.resume)
+        if not is_run_dir(run_dir):
+            raise ConfigError(
+                f"resume={config.resume!r} holds no run: no complete checkpoint under {run_dir / 'ckpt'}"
+            )
+        return claim_resume(run_dir)
+    lock = claim_new(Path(config.run_dir))
+    if lock.run_dir != Path(config.run_dir):
+        redirect_file_logs(config.run_dir, lock.run_dir)
+        config.run_dir = str(lock.run_dir)
+    return lock
+
+
 def train(config: Config) -> dict:
-    """Run (or resume) one experiment; returns the summary also written to ``summary.json``."""
+    """Run (or resume) one experiment; returns the summary also written to ``summary.json``.
+
+    SIGTERM or SIGINT end the run cleanly: the current step finishes, a checkpoint is written and
+    the summary says where to resume from. Raises :class:`ConfigError` for bad input and
+    :class:`NonFiniteError` when the env or the learner produce NaN/Inf (the last checkpoint kept).
+    """
     validate(config)
     spec = describe_env(config.env)
     validate_for_env(config, spec)
@@ -152,7 +164,14 @@ def train(config: Config) -> dict:
             raise ConfigError(
                 f"network.kernel=native is unavailable here ({reason}): allowed auto|graph|scan"
             )
-    run_dir = _prepare_run_dir(config)
+    lock = _claim_run_dir(config)
+    try:
+        return _run(config, spec, lock.run_dir)
+    finally:
+        lock.release()
+
+
+def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
     keras.utils.set_random_seed(config.seed)
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -166,31 +185,70 @@ def train(config: Config) -> dict:
         learner.replay_fields(),
         learner.state_dim,
         zero_initial_state=r.initial_state == "zero",
-        seed=config.seed + 29,
+        seed=config.seed + REPLAY_SEED_OFFSET,
     )
     normalizer = ObsNormalizer(spec.obs_dim)
     ckpt = Checkpointer(run_dir, **learner.trackables())
+    evals: list[dict] = []
     if config.resume:
-        _restore(ckpt, counters, replay, policy, learner, normalizer)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
-    env = make_vec_env(config.env, seed=config.seed + 1000 * counters.evaluations)
+        step = _restore(ckpt, counters, replay, policy, learner, normalizer)
+        if counters.env_steps >= config.train.total_env_steps:
+            return _finished_summary(config, counters, run_dir)
+        evals = rewind(run_dir, step)
+        replay.end_episodes()
+        log.info("resumed %s at env step %d", run_dir, counters.env_steps)
+    atomic_write(run_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
+    env = make_vec_env(config.env, seed=config.seed + ENV_RESEED_OFFSET * counters.evaluations)
     eval_env = make_vec_env(config.env, seed=EVAL_SEED_OFFSET, num_envs=config.eval.episodes)
-    actor = Actor(env, policy, replay, seed=config.seed + 7919 * counters.env_steps)
+    actor = Actor(env, policy, replay, seed=config.seed + ACTOR_RESET_SEED_STRIDE * counters.env_steps)
     writer = MetricsWriter(run_dir)
+    parts = _Run(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer)
     try:
-        return _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer)
+        with StopSignals() as stop:
+            return _loop(parts, evals, stop)
     finally:
         writer.close()
         env.close()
         eval_env.close()
 
 
-def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer) -> dict:
-    t, started = config.train, time.perf_counter() - counters.wall_time_s
+def _finished_summary(config: Config, counters: Counters, run_dir: Path) -> dict:
+    """A resumed run that already reached its budget: nothing is written, the summary is returned."""
+    log.info(
+        "%s already reached train.total_env_steps=%d (at env step %d): nothing to do; raise "
+        "train.total_env_steps to train on",
+        run_dir,
+        config.train.total_env_steps,
+        counters.env_steps,
+    )
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return _summary(config, counters, read_progress(run_dir / "progress.csv"), "finished")
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the loop drives."""
+
+    config: Config
+    counters: Counters
+    actor: Actor
+    replay: SequenceReplay
+    learner: object
+    policy: object
+    eval_env: object
+    writer: MetricsWriter
+    ckpt: Checkpointer
+    normalizer: ObsNormalizer
+
+
+def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
+    config, counters, actor, replay, learner = run.config, run.counters, run.actor, run.replay, run.learner
+    writer, t = run.writer, config.train
+    started = time.perf_counter() - counters.wall_time_s
     recent = deque(maxlen=20)
-    log = _LearnerLog()
-    evals: list[dict] = []
+    log_ = _LearnerLog()
     next_eval = (counters.env_steps // config.eval.every_env_steps + 1) * config.eval.every_env_steps
     next_ckpt = (counters.env_steps // t.checkpoint_every_env_steps + 1) * t.checkpoint_every_env_steps
     bar = tqdm(
@@ -202,10 +260,14 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
     )
     perf_mark = (time.perf_counter(), counters.env_steps, counters.updates)
     n = actor.num_envs
+    saved_at = counters.env_steps
     while counters.env_steps < t.total_env_steps:
         stats = actor.step(explore=True)
-        normalizer.update(actor.obs)
         counters.env_steps += n
+        bad = nonfinite_env(actor.obs, actor.prev_reward)
+        if bad:
+            _stop_nonfinite(run, evals, started, bad)
+        run.normalizer.update(actor.obs)
         bar.update(n)
         for ret, length in zip(stats.returns, stats.lengths, strict=True):
             counters.episodes += 1
@@ -216,15 +278,18 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
         if counters.env_steps >= t.learning_starts and replay.can_sample():
             counters.update_budget += n * t.updates_per_step
             if counters.update_budget >= 1.0:
-                normalizer.push(_networks(learner))
+                run.normalizer.push(_networks(learner))
             while counters.update_budget >= 1.0:
                 metrics = learner.step(replay.sample(config.agent.batch_size))
-                learner.sync_policy(policy)
+                bad = nonfinite_metrics(metrics)
+                if bad:
+                    _stop_nonfinite(run, evals, started, bad)
+                learner.sync_policy(run.policy)
                 counters.update_budget -= 1.0
                 counters.updates += 1
-                log.add(metrics)
+                log_.add(metrics)
                 if counters.updates % t.log_every_updates == 0:
-                    log.write(writer, counters.env_steps)
+                    log_.write(writer, counters.env_steps)
         if counters.env_steps >= next_eval or counters.env_steps >= t.total_env_steps:
             next_eval += config.eval.every_env_steps
             now = time.perf_counter()
@@ -237,7 +302,7 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
                     **learner.schedule_scalars(counters.env_steps),
                 },
             )
-            evals.append(_evaluate(config, counters, policy, eval_env, writer, recent, started, learner))
+            evals.append(_evaluate(run, recent, started))
             bar.set_postfix(
                 ret=f"{np.mean(recent) if recent else float('nan'):.1f}",
                 eval=f"{evals[-1]['eval_return_mean']:.1f}",
@@ -245,23 +310,49 @@ def _loop(config, counters, actor, replay, learner, policy, eval_env, writer, ck
             )
             writer.flush()
             perf_mark = (time.perf_counter(), counters.env_steps, counters.updates)
-        if counters.env_steps >= next_ckpt or counters.env_steps >= t.total_env_steps:
+        if counters.env_steps >= next_ckpt or counters.env_steps >= t.total_env_steps or stop.requested:
             next_ckpt += t.checkpoint_every_env_steps
             counters.wall_time_s = time.perf_counter() - started
-            _save(ckpt, counters, replay, policy, learner, normalizer)
+            writer.flush()  # events up to this step are on disk before the checkpoint claims them
+            _save(run)
+            saved_at = counters.env_steps
+        if stop.requested:
+            break
     bar.close()
     counters.wall_time_s = time.perf_counter() - started
-    summary = _summary(config, counters, evals)
+    status = "finished" if counters.env_steps >= t.total_env_steps else f"stopped by {stop.requested}"
+    summary = _summary(config, counters, evals, status)
     writer.summary(summary)
+    if stop.requested:
+        log.info(
+            "stopped by %s at env step %d; checkpoint written at env step %d; resume with: "
+            "python -m scripts.train resume=%s",
+            stop.requested,
+            counters.env_steps,
+            saved_at,
+            config.run_dir,
+        )
     return summary
 
 
-def _evaluate(config, counters, policy, eval_env, writer, recent, started, learner) -> dict:
+def _stop_nonfinite(run: _Run, evals: list[dict], started: float, what: str) -> None:
+    """Stop the run on NaN/Inf without checkpointing (the update may already have changed weights)."""
+    counters = run.counters
+    counters.wall_time_s = time.perf_counter() - started
+    last = run.ckpt.latest()
+    kept = "no checkpoint was written" if last is None else f"its last checkpoint (env step {last}) is kept"
+    message = f"{what} at env step {counters.env_steps}; the run stopped without saving, {kept}"
+    run.writer.summary(_summary(run.config, counters, evals, f"stopped: {message}"))
+    raise NonFiniteError(message)
+
+
+def _evaluate(run: _Run, recent: deque, started: float) -> dict:
+    config, counters, policy = run.config, run.counters, run.policy
     seed = EVAL_SEED_OFFSET + config.seed * 100_003 + counters.evaluations * config.eval.episodes
     if config.eval.network == "target":  # greedy episodes with the EMA (target) weights
         policy = copy.copy(policy)
-        policy.net = NumpyNetwork(learner.eval_network("target"))
-    returns = evaluate(eval_env, policy, seed=seed)
+        policy.net = NumpyNetwork(run.learner.eval_network("target"))
+    returns = evaluate(run.eval_env, policy, seed=seed)
     counters.evaluations += 1
     row = {
         "env_steps": counters.env_steps,
@@ -271,15 +362,15 @@ def _evaluate(config, counters, policy, eval_env, writer, recent, started, learn
         "eval_return_std": float(np.std(returns)),
         "train_return_mean": float(np.mean(recent)) if recent else float("nan"),
     }
-    writer.progress(row)
-    writer.scalars(
+    run.writer.progress(row)
+    run.writer.scalars(
         counters.env_steps,
         {"eval/return_mean": row["eval_return_mean"], "eval/return_std": row["eval_return_std"]},
     )
     return row
 
 
-def _summary(config: Config, counters: Counters, evals: list[dict]) -> dict:
+def _summary(config: Config, counters: Counters, evals: list[dict], status: str) -> dict:
     means = [e["eval_return_mean"] for e in evals]
     wall = max(counters.wall_time_s, 1e-9)
     return {
@@ -288,6 +379,7 @@ def _summary(config: Config, counters: Counters, evals: list[dict]) -> dict:
         "env": config.env.id,
         "cell": config.network.cell,
         "seed": config.seed,
+        "status": status,
         "env_steps": counters.env_steps,
         "updates": counters.updates,
         "episodes": counters.episodes,
@@ -304,24 +396,40 @@ def _networks(learner) -> list:
     return learner.networks() if hasattr(learner, "networks") else []
 
 
-def _save(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) -> None:
-    extra = {f"replay/{k}": v for k, v in replay.state_dict().items()}
-    extra.update({f"obs_norm/{k}": v for k, v in normalizer.state_dict().items()})
-    rng = json.dumps(policy.rng.bit_generator.state)
+def _save(run: _Run) -> None:
+    extra = {f"replay/{k}": v for k, v in run.replay.state_dict().items()}
+    extra.update({f"obs_norm/{k}": v for k, v in run.normalizer.state_dict().items()})
+    rng = json.dumps(run.policy.rng.bit_generator.state)
     extra["policy_rng"] = np.frombuffer(rng.encode(), np.uint8)
-    extra.update({f"policy/{k}": v for k, v in policy.state_dict().items()})
-    learner.updates.assign(counters.updates)
-    ckpt.save(counters.env_steps, extra, {"counters": dataclasses.asdict(counters)})
+    extra.update({f"policy/{k}": v for k, v in run.policy.state_dict().items()})
+    run.learner.updates.assign(run.counters.updates)
+    run.ckpt.save(run.counters.env_steps, extra, {"counters": dataclasses.asdict(run.counters)})
 
 
-def _restore(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) -> None:
-    step = ckpt.latest()
-    extra, info = ckpt.restore(step)
-    replay.load_state_dict({k[len("replay/") :]: v for k, v in extra.items() if k.startswith("replay/")})
-    policy.rng.bit_generator.state = json.loads(bytes(extra["policy_rng"]).decode())
-    policy.load_state_dict({k.split("/", 1)[1]: v for k, v in extra.items() if k.startswith("policy/")})
-    normalizer.load_state_dict({k.split("/", 1)[1]: v for k, v in extra.items() if k.startswith("obs_norm/")})
+def _restore(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) -> int:
+    """Restore the newest usable checkpoint into the run's parts; returns its env step.
+
+    Learning rates are taken from the config, not the checkpoint, so ``agent.lr`` can change on
+    resume (Keras optimisers checkpoint their rate as a variable).
+    """
+    optimizers = {k: v for k, v in learner.trackables().items() if isinstance(v, keras.optimizers.Optimizer)}
+    rates = {k: float(keras.ops.convert_to_numpy(o.learning_rate)) for k, o in optimizers.items()}
+
+    def apply(extra: dict[str, np.ndarray], info: dict) -> None:
+        def part(prefix: str) -> dict[str, np.ndarray]:
+            return {k[len(prefix) :]: v for k, v in extra.items() if k.startswith(prefix)}
+
+        replay.load_state_dict(part("replay/"))
+        policy.rng.bit_generator.state = json.loads(bytes(extra["policy_rng"]).decode())
+        policy.load_state_dict(part("policy/"))
+        normalizer.load_state_dict(part("obs_norm/"))
+        restored = Counters(**info["counters"])
+        for field in dataclasses.fields(Counters):
+            setattr(counters, field.name, getattr(restored, field.name))
+
+    step = ckpt.restore_latest(apply)
+    for k, o in optimizers.items():
+        o.learning_rate = rates[k]
     normalizer.push(_networks(learner))
-    for k, v in info["counters"].items():
-        setattr(counters, k, v)
     learner.sync_policy(policy)
+    return step

@@ -7,13 +7,19 @@ like CleanRL's: ``td/...``, ``losses/...``, ``charts/...``, ``eval/...``, ``perf
 from __future__ import annotations
 
 import csv
+import io
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+
+from agents.rundir import atomic_write
+
+log = logging.getLogger("recurrl")
 
 PROGRESS_COLUMNS = (
     "env_steps",
@@ -76,19 +82,19 @@ class MetricsWriter:
         self.histogram(step, f"{prefix}/histogram", td[mask > 0])
 
     def progress(self, row: Mapping[str, float]) -> None:
-        """Append one evaluation row to ``progress.csv`` (header written once)."""
+        """Append one evaluation row to ``progress.csv`` (header written once), fsynced."""
         new = not self.progress_path.exists()
         with open(self.progress_path, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=PROGRESS_COLUMNS)
             if new:
                 w.writeheader()
             w.writerow({k: row[k] for k in PROGRESS_COLUMNS})
+            f.flush()
+            os.fsync(f.fileno())
 
     def summary(self, values: Mapping[str, object]) -> None:
         """Write ``summary.json`` atomically."""
-        tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(values, indent=2, sort_keys=True))
-        os.replace(tmp, self.run_dir / "summary.json")
+        atomic_write(self.run_dir / "summary.json", json.dumps(values, indent=2, sort_keys=True))
 
     def flush(self) -> None:
         """Flush TensorBoard events to disk."""
@@ -97,3 +103,70 @@ class MetricsWriter:
     def close(self) -> None:
         """Flush and close the event file."""
         self.writer.close()
+
+
+def read_progress(path: str | os.PathLike) -> list[dict[str, float]]:
+    """The rows of a ``progress.csv`` as floats (``env_steps``/``updates`` as int); a torn last line
+    (a kill while appending) is left out."""
+    rows = []
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return rows
+    for raw in csv.DictReader(io.StringIO(text)):
+        try:
+            row = {k: float(raw[k]) for k in PROGRESS_COLUMNS}
+        except (KeyError, TypeError, ValueError):
+            continue
+        row["env_steps"], row["updates"] = int(row["env_steps"]), int(row["updates"])
+        rows.append(row)
+    return rows
+
+
+def rewind(run_dir: str | os.PathLike, step: int) -> list[dict[str, float]]:
+    """Forget what a run wrote after env step ``step`` (the checkpoint it resumes from).
+
+    ``progress.csv`` keeps its rows up to ``step`` and TensorBoard's event files their events up to
+    ``step``, so a run killed after its last checkpoint and resumed holds each env step once and
+    TensorBoard draws one unbroken curve. Each file is rewritten atomically. Returns the kept rows.
+    """
+    run_dir = Path(run_dir)
+    rows = [r for r in read_progress(run_dir / "progress.csv") if r["env_steps"] <= step]
+    if (run_dir / "progress.csv").exists():
+        out = io.StringIO()
+        w = csv.DictWriter(out, fieldnames=PROGRESS_COLUMNS, lineterminator="\r\n")
+        w.writeheader()
+        for row in rows:
+            w.writerow(row)
+        atomic_write(run_dir / "progress.csv", out.getvalue())
+    tb = run_dir / "tb"
+    if tb.is_dir():
+        for path in sorted(tb.glob("*tfevents*")):
+            _rewind_events(path, step)
+    return rows
+
+
+def _rewind_events(path: Path, step: int) -> None:
+    """Rewrite one TensorBoard event file without its events after ``step`` (a torn tail is dropped)."""
+    kept, dropped = [], 0
+    try:
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            if event.step <= step:
+                kept.append(record.numpy())
+            else:
+                dropped += 1
+    except tf.errors.DataLossError:
+        dropped += 1
+    if not dropped:
+        return
+    tmp = path.with_name(f".rewind-{os.getpid()}.tmp")  # no "tfevents" in the name: TB ignores it
+    try:
+        with tf.io.TFRecordWriter(str(tmp)) as w:
+            for record in kept:
+                w.write(record)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -56,7 +56,7 @@ if not OmegaConf.has_resolver("resume_or"):
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Train once; returns the final evaluation return (Hydra sweepers can optimise it)."""
-    from agents.loop import train  # TF import (~4 s) only once the config is known to be sound
+    from agents.loop import NonFiniteError, train  # TF import (~4 s) once the config is sound
 
     try:
         config = to_config(cfg)
@@ -64,16 +64,24 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except NonFiniteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(3)
     log.info(
-        "done: %d env steps, %d updates in %.1f s; final eval return %.1f (best %.1f); run dir %s",
+        "%s: %d env steps, %d updates in %.1f s; final eval return %s (best %s); run dir %s",
+        summary.get("status", "done"),
         summary["env_steps"],
         summary["updates"],
         summary["wall_time_s"],
-        summary["final_eval_return_mean"],
-        summary["best_eval_return_mean"],
+        _fmt(summary["final_eval_return_mean"]),
+        _fmt(summary["best_eval_return_mean"]),
         config.run_dir,
     )
     return summary["final_eval_return_mean"]
+
+
+def _fmt(value: float | None) -> str:
+    return "none" if value is None else f"{value:.1f}"
 
 
 if __name__ == "__main__":

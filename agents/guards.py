@@ -1,0 +1,68 @@
+"""Run guards: a clean stop on SIGTERM/SIGINT, and the error raised for non-finite numbers."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import numpy as np
+
+log = logging.getLogger("recurrl")
+
+
+class NonFiniteError(RuntimeError):
+    """The env or the learner produced NaN/Inf; the message is one line for the user."""
+
+
+class StopSignals:
+    """Within ``with StopSignals() as stop:``, SIGTERM and SIGINT set ``stop.requested`` (the signal's
+    name) instead of killing the process, so the loop can finish its step and checkpoint. A second
+    signal raises ``KeyboardInterrupt`` at once. Outside the main thread nothing is installed."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.requested:
+            raise KeyboardInterrupt(f"second {name}")
+        self.requested = name
+        log.warning("%s received: finishing this step and writing a checkpoint (again to abort)", name)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+def nonfinite_env(obs: np.ndarray, reward: np.ndarray) -> str | None:
+    """One line naming the first NaN/Inf in a vector step (``obs [E, ...]``, ``reward [E]``), or None."""
+    for what, values in (("observation", obs), ("reward", reward)):
+        values = np.asarray(values)
+        if not np.issubdtype(values.dtype, np.floating):
+            continue
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if bad.any():
+            env = int(np.flatnonzero(bad)[0])
+            row = np.ravel(values[env])
+            return f"non-finite {what} ({row[~np.isfinite(row)][0]}) from env {env}"
+    return None
+
+
+def nonfinite_metrics(metrics: dict[str, np.ndarray]) -> str | None:
+    """One line naming the first NaN/Inf scalar of a learner step's metrics (loss, grad_norm, ...)."""
+    for key, value in metrics.items():
+        if np.ndim(value) == 0 and not np.isfinite(value):
+            return f"non-finite learner {key} ({float(value)})"
+    return None
