@@ -113,3 +113,26 @@ def test_actor_previous_action_is_one_hot_and_zero_at_episode_start() -> None:
     rest = np.flatnonzero(~starts)
     np.testing.assert_array_equal(d["prev_action"][rest], np.eye(2)[d["action"][rest - 1]])
     np.testing.assert_array_equal(d["prev_reward"][rest], d["reward"][rest - 1])
+
+
+def test_end_episodes_closes_open_episodes_so_no_target_crosses_a_resume() -> None:
+    from agents.returns import n_step_targets
+
+    replay = _replay(capacity=20, envs=2)
+    for t in range(12):  # wraps: the write head sits at row 2
+        _add(replay, t)
+    replay.data["valid"][(replay.pos - 1) % replay.rows, 1] = 0.0  # env 1 already ended its episode
+    replay.end_episodes()
+    last, prev = (replay.pos - 1) % replay.rows, (replay.pos - 2) % replay.rows
+    assert replay.data["valid"][last].tolist() == [0.0, 0.0]
+    assert replay.data["reward"][last, 0] == 0.0 and replay.data["truncated"][prev].tolist() == [1.0, 0.0]
+    # After the resume the next row starts a fresh episode with reward 100 for env 0.
+    _add(replay, 100)
+    replay.data["first"][(replay.pos - 1) % replay.rows] = 1.0
+    rows = (np.arange(replay.pos - 6, replay.pos)) % replay.rows
+    d = {k: replay.data[k][rows, 0][None] for k in ("reward", "terminated", "truncated")}
+    value = np.full((1, 6), 1000.0, np.float32)  # bootstrap value of every row's observation
+    y = n_step_targets(d["reward"], d["terminated"], d["truncated"], value, gamma=1.0, n_step=3).numpy()[0]
+    # Rows 0-2 (t = 7, 8, 9): rewards up to the truncated row t = 10, then the value of the final
+    # observation at t = 11; never the new episode's reward of 100.
+    assert y.tolist() == [7 + 8 + 9 + 1000, 8 + 9 + 10 + 1000, 9 + 10 + 1000]

@@ -1,0 +1,121 @@
+"""The training loop under resume, kills and non-finite numbers: history kept once, nothing lost."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents.checkpoint import Checkpointer
+from agents.config import Config, load_run_config
+from agents.loop import NonFiniteError, train
+from agents.metrics import read_progress
+from envs.config import ConfigError
+from tests.helpers import event_steps
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def test_resuming_a_finished_run_changes_nothing(tiny_config: Config, caplog) -> None:
+    first = train(copy.deepcopy(tiny_config))
+    run = Path(tiny_config.run_dir)
+    before = _files(run)
+    with caplog.at_level(logging.INFO, logger="recurrl"):
+        again = train(load_run_config(str(run), []))
+    assert _files(run) == before
+    assert again == json.loads((run / "summary.json").read_text())
+    assert again["best_eval_return_mean"] == first["best_eval_return_mean"] is not None
+    assert "already reached train.total_env_steps=400" in caplog.text
+
+
+def test_resume_keeps_evaluations_and_applies_a_new_learning_rate(tiny_config: Config, caplog) -> None:
+    train(copy.deepcopy(tiny_config))
+    run = str(Path(tiny_config.run_dir))
+    with caplog.at_level(logging.INFO, logger="recurrl"):
+        resumed = load_run_config(run, ["train.total_env_steps=800", "agent.lr=2.5e-05"])
+    assert "resume: agent.lr=2.5e-05 (was 0.001)" in caplog.text
+    summary = train(resumed)
+    assert [e["env_steps"] for e in summary["evaluations"]] == [200, 400, 600, 800]
+    assert summary["status"] == "finished"
+    reader = tf.train.load_checkpoint(str(Path(run) / "ckpt" / "ckpt-800"))
+    rates = [reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if "learning_rate" in k]
+    assert rates and all(np.isclose(r, 2.5e-05) for r in rates)
+
+
+def test_kill_after_an_evaluation_then_resume_keeps_each_step_once(tiny_config: Config) -> None:
+    tiny_config.eval.every_env_steps = 100
+    train(copy.deepcopy(tiny_config))
+    run = Path(tiny_config.run_dir)
+    # As if killed after the evaluation at 400 but before its checkpoint: history runs past the
+    # newest complete checkpoint (200).
+    for p in (run / "ckpt").glob("*400*"):
+        p.unlink()
+    assert [r["env_steps"] for r in read_progress(run / "progress.csv")] == [100, 200, 300, 400]
+    summary = train(load_run_config(str(run), []))
+    assert [r["env_steps"] for r in read_progress(run / "progress.csv")] == [100, 200, 300, 400]
+    assert [e["env_steps"] for e in summary["evaluations"]] == [100, 200, 300, 400]
+    assert event_steps(run, "eval/return_mean") == [100, 200, 300, 400]
+    losses = event_steps(run, "losses/loss")  # written every 5 updates, before and after the resume
+    assert losses == sorted(set(losses)) and min(losses) < 200 < max(losses)
+    episodes = event_steps(run, "charts/episode_return")  # several episodes may end on one step
+    assert episodes == sorted(episodes) and max(episodes) > 200
+
+
+def test_overrides_on_resume_restating_the_run_are_accepted_frozen_keys_refused(tiny_config: Config) -> None:
+    train(copy.deepcopy(tiny_config))
+    run = tiny_config.run_dir
+    same = load_run_config(run, ["agent=rdqn", "env=cue", "network.units=16", "+env.kwargs.delay=2"])
+    assert same.network.units == 16 and same.resume == run
+    for override, key in [
+        ("network.units=32", "network.units"),
+        ("env.num_envs=2", "env.num_envs"),
+        ("+env.kwargs.delay=3", "env.kwargs.delay"),
+        ("replay.capacity=8000", "replay.capacity"),
+        ("seed=3", "seed"),
+        ("agent=rddpg", "agent=rddpg"),
+        ("env=cartpole_p", "env=cartpole_p"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{key}.* cannot change a resumed run"):
+            load_run_config(run, [override])
+    changed = load_run_config(run, ["agent.lr=0.01", "eval.episodes=2", "replay.burn_in=1"])
+    assert (changed.agent.lr, changed.eval.episodes, changed.replay.burn_in) == (0.01, 2, 1)
+
+
+@pytest.mark.parametrize("field", ["reward", "obs"])
+def test_nonfinite_env_output_stops_the_run_and_keeps_the_checkpoint(tiny_config: Config, field: str) -> None:
+    tiny_config.env.id = "tests.helpers:tests/NaNReward-v0"
+    # Each env's 81st step, after 8 ten-step episodes and their 8 autoreset steps: 4 envs x 89.
+    tiny_config.env.kwargs = {"nan_after": 80, "field": field}
+    with pytest.raises(NonFiniteError) as err:
+        train(tiny_config)
+    what = "reward (nan)" if field == "reward" else "observation (nan)"
+    assert str(err.value).startswith(f"non-finite {what} from env 0 at env step 356;")
+    assert "last checkpoint (env step 200) is kept" in str(err.value)
+    run = Path(tiny_config.run_dir)
+    assert Checkpointer(run).complete_steps() == [200]
+    with np.load(run / "ckpt" / "state-200.npz") as state:
+        assert np.isfinite(state["replay/data/reward"]).all()
+    assert json.loads((run / "summary.json").read_text())["status"].startswith("stopped: non-finite")
+
+
+def test_nonfinite_loss_stops_before_a_checkpoint(tiny_config: Config, monkeypatch) -> None:
+    from agents.rdqn import RDQNLearner
+
+    step, calls = RDQNLearner.step, []
+
+    def poisoned(self, batch):
+        metrics = step(self, batch)
+        calls.append(1)
+        return {**metrics, "loss": np.float32("nan")} if len(calls) == 60 else metrics
+
+    monkeypatch.setattr(RDQNLearner, "step", poisoned)
+    with pytest.raises(NonFiniteError, match=r"^non-finite learner loss \(nan\) at env step 336;"):
+        train(tiny_config)
+    assert Checkpointer(Path(tiny_config.run_dir)).complete_steps() == [200]

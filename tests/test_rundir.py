@@ -1,0 +1,108 @@
+"""Run directories: one live process per directory, atomic writes, log files follow a moved run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.rundir import LOCK, RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
+from envs.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    return int(proc.stdout)
+
+
+def test_second_claim_of_a_live_directory_gets_a_suffix(tmp_path: Path) -> None:
+    first = claim_new(tmp_path / "run")
+    second = claim_new(tmp_path / "run")
+    third = claim_new(tmp_path / "run")
+    assert first.run_dir == tmp_path / "run"
+    assert second.run_dir == tmp_path / "run_1" and third.run_dir == tmp_path / "run_2"
+    assert json.loads((tmp_path / "run" / LOCK).read_text())["pid"] == os.getpid()
+    first.release()
+    assert not (tmp_path / "run" / LOCK).exists() and (tmp_path / "run_1" / LOCK).exists()
+
+
+def test_existing_run_is_refused_and_a_stale_lock_is_taken_over(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="already holds a run; pass resume="):
+        claim_new(run)
+    (run / LOCK).write_text(json.dumps({"pid": _dead_pid(), "host": os.uname().nodename}))
+    lock = claim_resume(run)  # its owner is gone: resume may take it
+    assert json.loads((run / LOCK).read_text())["pid"] == os.getpid()
+    with pytest.raises(ConfigError, match=r"is in use by pid \d+ on .*run\.lock"):
+        claim_resume(run)  # held by this live process now
+    lock.release()
+
+
+def test_torn_lock_counts_as_stale(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK).write_text("")  # its writer died before finishing it
+    assert claim_new(tmp_path / "run").run_dir == tmp_path / "run"
+
+
+def test_lock_of_a_live_process_on_another_host_is_respected(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK).write_text(json.dumps({"pid": 1, "host": "elsewhere"}))
+    assert not RunLock(tmp_path / "run").acquire()
+
+
+def test_atomic_write_replaces_whole_and_leaves_no_temp(tmp_path: Path) -> None:
+    path = tmp_path / "f.json"
+    atomic_write(path, "old")
+    atomic_write(path, b"new")
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
+
+
+def test_file_logs_follow_the_run_to_its_suffixed_directory(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    handler = logging.FileHandler(tmp_path / "a" / "train.log")
+    logging.getLogger().addHandler(handler)
+    try:
+        redirect_file_logs(tmp_path / "a", tmp_path / "b")
+        logging.getLogger("recurrl").warning("hello from b")
+        handler.flush()
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    assert "hello from b" in (tmp_path / "b" / "train.log").read_text()
+    assert "hello from b" not in (tmp_path / "a" / "train.log").read_text()
+
+
+@pytest.mark.slow
+def test_two_launches_into_one_directory_write_two_runs(tmp_path: Path) -> None:
+    """Two ``scripts.train`` processes started together with the same run dir (as a shell loop or a
+    job array does within one second) end in two complete, separate runs."""
+    cmd = [
+        sys.executable, "-m", "scripts.train", "env=cue_memory", "train.progress_bar=false",
+        "train.total_env_steps=240", "train.learning_starts=80", "eval.every_env_steps=120",
+        "eval.episodes=2", "network.units=8", "replay.capacity=2000", f"hydra.run.dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen([*cmd, f"seed={s}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for s in (0, 1)
+    ]
+    outs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    runs = sorted(p.name for p in tmp_path.iterdir())
+    assert runs == ["run", "run_1"], (runs, outs)
+    seeds = {json.loads((tmp_path / r / "config.json").read_text())["seed"] for r in runs}
+    assert seeds == {0, 1}
+    for r in runs:
+        rows = (tmp_path / r / "progress.csv").read_text().splitlines()
+        assert [line.split(",")[0] for line in rows[1:]] == ["120", "240"]
+        assert len(list((tmp_path / r / "tb").glob("*tfevents*"))) == 1
+        assert not (tmp_path / r / LOCK).exists()
