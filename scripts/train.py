@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from agents.config import AGENT_CONFIGS, Config, load_run_config  # noqa: E402
 from envs.config import ConfigError, EnvConfig  # noqa: E402
+from scripts.overrides import check as check_overrides  # noqa: E402
 
 log = logging.getLogger("recurrl")
 
@@ -84,5 +85,16 @@ def _fmt(value: float | None) -> str:
     return "none" if value is None else f"{value:.1f}"
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    """``python -m scripts.train``: the command line checked in one go, then Hydra's ``main``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    problem = check_overrides(argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [sys.argv[0], *argv]
     main()
+
+
+if __name__ == "__main__":
+    cli()
