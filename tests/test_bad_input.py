@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import Config
 from agents.loop import train
 from agents.rundir import LOCK
 from scripts.train import cli
