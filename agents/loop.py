@@ -24,12 +24,13 @@ from agents.actor import Actor, EpsilonGreedy, evaluate
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
 from agents.guards import NonFiniteError, StopSignals, nonfinite_env, nonfinite_metrics
-from agents.metrics import MetricsWriter, read_progress, rewind
+from agents.metrics import LearnerLog, MetricsWriter, read_progress, rewind
 from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
 from agents.rddpg import build_rddpg
 from agents.rdqn import RDQNLearner, epsilon_at
 from agents.replay import SequenceReplay
+from agents.run_state import Counters, restore_run_state, save_run_state
 from agents.rundir import RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
 from envs import describe_env, make_vec_env
 from envs.config import ConfigError
@@ -44,18 +45,6 @@ ENV_RESEED_OFFSET = 1000  # training envs: seed + this * evaluations so far (a r
 ACTOR_RESET_SEED_STRIDE = 7919  # first reset of the actor's envs: seed + this * env steps so far
 
 __all__ = ["Counters", "NonFiniteError", "build_agent", "configure_tf_threads", "train"]
-
-
-@dataclasses.dataclass
-class Counters:
-    """Progress counters, checkpointed with the run."""
-
-    env_steps: int = 0
-    updates: int = 0
-    episodes: int = 0
-    evaluations: int = 0
-    update_budget: float = 0.0
-    wall_time_s: float = 0.0
 
 
 def build_agent(config: Config, spec: EnvSpec, counters: Counters):
@@ -77,36 +66,6 @@ def build_agent(config: Config, spec: EnvSpec, counters: Counters):
     if config.agent.kind == "rddpg":
         return build_rddpg(config, spec, counters)
     raise ConfigError(f"agent.kind={config.agent.kind!r} is invalid: allowed rdqn|rddpg")
-
-
-class _LearnerLog:
-    """Averages learner scalars and pools TD errors between writes."""
-
-    def __init__(self) -> None:
-        self.scalars: dict[str, list[float]] = {}
-        self.td: dict[str, list[np.ndarray]] = {}
-        self.hist: dict[str, list[np.ndarray]] = {}
-
-    def add(self, metrics: dict[str, np.ndarray]) -> None:
-        for k, v in metrics.items():
-            if np.ndim(v) == 0:
-                self.scalars.setdefault(k, []).append(float(v))
-            elif k.startswith("histogram/"):  # e.g. histogram/policy_action -> charts/policy_action
-                self.hist.setdefault(k[len("histogram/") :], []).append(np.ravel(v))
-        for prefix in [k[: -len("td_error")] for k in metrics if k.endswith("td_error")]:
-            self.td.setdefault(prefix, []).append(
-                np.stack([metrics[prefix + "td_error"], metrics[prefix + "mask"]])
-            )
-
-    def write(self, writer: MetricsWriter, step: int) -> None:
-        writer.scalars(step, {f"losses/{k}": np.mean(v) for k, v in self.scalars.items()})
-        for prefix, arrays in self.td.items():
-            pooled = np.concatenate(arrays, axis=1)  # [2, n*B, T]
-            tag = "td" if not prefix else f"td_{prefix.rstrip('_')}"
-            writer.learner(step, {"td_error": pooled[0], "mask": pooled[1]}, prefix=tag)
-        for name, arrays in self.hist.items():
-            writer.histogram(step, f"charts/{name}", np.concatenate(arrays))
-        self.scalars, self.td, self.hist = {}, {}, {}
 
 
 def configure_tf_threads(t: TrainConfig) -> bool:
@@ -191,7 +150,7 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
     ckpt = Checkpointer(run_dir, **learner.trackables())
     evals: list[dict] = []
     if config.resume:
-        step = _restore(ckpt, counters, replay, policy, learner, normalizer)
+        step = restore_run_state(ckpt, counters, replay, policy, learner, normalizer)
         if counters.env_steps >= config.train.total_env_steps:
             return _finished_summary(config, counters, run_dir)
         evals = rewind(run_dir, step)
@@ -248,7 +207,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
     writer, t = run.writer, config.train
     started = time.perf_counter() - counters.wall_time_s
     recent = deque(maxlen=20)
-    log_ = _LearnerLog()
+    log_ = LearnerLog()
     next_eval = (counters.env_steps // config.eval.every_env_steps + 1) * config.eval.every_env_steps
     next_ckpt = (counters.env_steps // t.checkpoint_every_env_steps + 1) * t.checkpoint_every_env_steps
     bar = tqdm(
@@ -278,7 +237,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
         if counters.env_steps >= t.learning_starts and replay.can_sample():
             counters.update_budget += n * t.updates_per_step
             if counters.update_budget >= 1.0:
-                run.normalizer.push(_networks(learner))
+                run.normalizer.push(learner.networks())
             while counters.update_budget >= 1.0:
                 metrics = learner.step(replay.sample(config.agent.batch_size))
                 bad = nonfinite_metrics(metrics)
@@ -314,7 +273,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
             next_ckpt += t.checkpoint_every_env_steps
             counters.wall_time_s = time.perf_counter() - started
             writer.flush()  # events up to this step are on disk before the checkpoint claims them
-            _save(run)
+            save_run_state(run.ckpt, run.counters, run.replay, run.policy, run.learner, run.normalizer)
             saved_at = counters.env_steps
         if stop.requested:
             break
@@ -390,46 +349,3 @@ def _summary(config: Config, counters: Counters, evals: list[dict], status: str)
         "best_eval_return_mean": max(means) if means else None,
         "evaluations": evals,
     }
-
-
-def _networks(learner) -> list:
-    return learner.networks() if hasattr(learner, "networks") else []
-
-
-def _save(run: _Run) -> None:
-    extra = {f"replay/{k}": v for k, v in run.replay.state_dict().items()}
-    extra.update({f"obs_norm/{k}": v for k, v in run.normalizer.state_dict().items()})
-    rng = json.dumps(run.policy.rng.bit_generator.state)
-    extra["policy_rng"] = np.frombuffer(rng.encode(), np.uint8)
-    extra.update({f"policy/{k}": v for k, v in run.policy.state_dict().items()})
-    run.learner.updates.assign(run.counters.updates)
-    run.ckpt.save(run.counters.env_steps, extra, {"counters": dataclasses.asdict(run.counters)})
-
-
-def _restore(ckpt: Checkpointer, counters, replay, policy, learner, normalizer) -> int:
-    """Restore the newest usable checkpoint into the run's parts; returns its env step.
-
-    Learning rates are taken from the config, not the checkpoint, so ``agent.lr`` can change on
-    resume (Keras optimisers checkpoint their rate as a variable).
-    """
-    optimizers = {k: v for k, v in learner.trackables().items() if isinstance(v, keras.optimizers.Optimizer)}
-    rates = {k: float(keras.ops.convert_to_numpy(o.learning_rate)) for k, o in optimizers.items()}
-
-    def apply(extra: dict[str, np.ndarray], info: dict) -> None:
-        def part(prefix: str) -> dict[str, np.ndarray]:
-            return {k[len(prefix) :]: v for k, v in extra.items() if k.startswith(prefix)}
-
-        replay.load_state_dict(part("replay/"))
-        policy.rng.bit_generator.state = json.loads(bytes(extra["policy_rng"]).decode())
-        policy.load_state_dict(part("policy/"))
-        normalizer.load_state_dict(part("obs_norm/"))
-        restored = Counters(**info["counters"])
-        for field in dataclasses.fields(Counters):
-            setattr(counters, field.name, getattr(restored, field.name))
-
-    step = ckpt.restore_latest(apply)
-    for k, o in optimizers.items():
-        o.learning_rate = rates[k]
-    normalizer.push(_networks(learner))
-    learner.sync_policy(policy)
-    return step

@@ -105,6 +105,36 @@ class MetricsWriter:
         self.writer.close()
 
 
+class LearnerLog:
+    """Averages a learner's scalar metrics and pools its TD errors ``[B, T]`` between writes."""
+
+    def __init__(self) -> None:
+        self.scalars: dict[str, list[float]] = {}
+        self.td: dict[str, list[np.ndarray]] = {}
+        self.hist: dict[str, list[np.ndarray]] = {}
+
+    def add(self, metrics: dict[str, np.ndarray]) -> None:
+        for k, v in metrics.items():
+            if np.ndim(v) == 0:
+                self.scalars.setdefault(k, []).append(float(v))
+            elif k.startswith("histogram/"):  # e.g. histogram/policy_action -> charts/policy_action
+                self.hist.setdefault(k[len("histogram/") :], []).append(np.ravel(v))
+        for prefix in [k[: -len("td_error")] for k in metrics if k.endswith("td_error")]:
+            self.td.setdefault(prefix, []).append(
+                np.stack([metrics[prefix + "td_error"], metrics[prefix + "mask"]])
+            )
+
+    def write(self, writer: MetricsWriter, step: int) -> None:
+        writer.scalars(step, {f"losses/{k}": np.mean(v) for k, v in self.scalars.items()})
+        for prefix, arrays in self.td.items():
+            pooled = np.concatenate(arrays, axis=1)  # [2, n*B, T]
+            tag = "td" if not prefix else f"td_{prefix.rstrip('_')}"
+            writer.learner(step, {"td_error": pooled[0], "mask": pooled[1]}, prefix=tag)
+        for name, arrays in self.hist.items():
+            writer.histogram(step, f"charts/{name}", np.concatenate(arrays))
+        self.scalars, self.td, self.hist = {}, {}, {}
+
+
 def read_progress(path: str | os.PathLike) -> list[dict[str, float]]:
     """The rows of a ``progress.csv`` as floats (``env_steps``/``updates`` as int); a torn last line
     (a kill while appending) is left out."""

@@ -13,7 +13,7 @@ import pytest
 from agents.checkpoint import Checkpointer
 from agents.config import Config
 from agents.loop import train
-from agents.metrics import PROGRESS_COLUMNS
+from agents.metrics import PROGRESS_COLUMNS, read_progress
 from envs.config import ConfigError
 from tests.helpers import event_tags
 
@@ -73,6 +73,10 @@ def test_same_seed_same_numbers(tiny_config: Config, tmp_path: Path) -> None:
         dict(e, wall_time_s=e2["wall_time_s"])
         for e, e2 in zip(rb["evaluations"], ra["evaluations"], strict=True)
     ]
+    # progress.csv is identical but for the wall-clock column.
+    rows_a, rows_b = (read_progress(Path(r.run_dir) / "progress.csv") for r in (a, b))
+    assert [dict(r, wall_time_s=0) for r in rows_a] == [dict(r, wall_time_s=0) for r in rows_b]
+    assert len(rows_a) == 2
     ka = np.load(Path(a.run_dir) / "ckpt" / "state-400.npz")["replay/data/reward"]
     kb = np.load(Path(b.run_dir) / "ckpt" / "state-400.npz")["replay/data/reward"]
     kc = np.load(Path(c.run_dir) / "ckpt" / "state-400.npz")["replay/data/reward"]
