@@ -1,0 +1,142 @@
+"""A finished (or running) run loaded back for evaluation or export: its config, its learner at a
+checkpoint, and the greedy acting policy."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from agents.actor import evaluate
+from agents.checkpoint import Checkpointer
+from agents.config import Config, config_from_dict
+from agents.networks import NumpyNetwork
+from agents.run_state import Counters
+from envs import describe_env, make_vec_env
+from envs.config import ConfigError
+from envs.make import EnvSpec
+
+log = logging.getLogger("recurrl")
+
+
+@dataclasses.dataclass
+class SavedRun:
+    """A run's config, env description, learner restored at ``step`` and its acting policy."""
+
+    run_dir: Path
+    config: Config
+    spec: EnvSpec
+    learner: object
+    policy: object
+    step: int
+
+    def greedy_policy(self, network: str = "online") -> object:
+        """The acting policy with the ``online`` or ``target`` network's weights."""
+        if network not in ("online", "target"):
+            raise ConfigError(f"network={network!r} is invalid: allowed online|target")
+        policy = copy.copy(self.policy)
+        policy.net = NumpyNetwork(self.learner.eval_network(network))
+        return policy
+
+
+def load_run(run_dir: str | Path, step: int | None = None, backend: str | None = None) -> SavedRun:
+    """Load ``run_dir`` at checkpoint ``step`` (default: the newest that loads completely).
+
+    ``backend`` overrides ``network.kernel`` (an export needs the TF-only ``graph`` kernel). Raises
+    :class:`ConfigError` with one line when the directory holds no usable run or no such step.
+    """
+    from agents.loop import build_agent  # the agent builders live with the loop
+
+    run_dir = Path(run_dir)
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"run={str(run_dir)!r} holds no run: {path} is missing")
+    try:
+        config = config_from_dict(json.loads(path.read_text()))
+    except ValueError as exc:
+        raise ConfigError(
+            f"run={str(run_dir)!r}: {path} is unreadable ({str(exc).splitlines()[0]})"
+        ) from None
+    if backend is not None:
+        config.network.kernel = backend
+    spec = describe_env(config.env)
+    counters = Counters(env_steps=config.train.total_env_steps)  # greedy: exploration schedules ended
+    learner, policy = build_agent(config, spec, counters)
+    ckpt = Checkpointer(run_dir, **learner.trackables())
+    steps = ckpt.complete_steps()
+    if step is None:
+        step = ckpt.restore_latest(lambda extra, info: None)
+    elif step not in steps:
+        raise ConfigError(
+            f"step={step} is invalid: allowed {'|'.join(map(str, steps)) or 'none (no checkpoint)'}"
+        )
+    else:
+        ckpt.load(step)
+    learner.sync_policy(policy)
+    return SavedRun(run_dir, config, spec, learner, policy, step)
+
+
+def evaluate_run(saved: SavedRun, episodes: int, network: str, seed: int, env=None) -> dict:
+    """Greedy episodes (one per env of a fresh vector env, or of ``env``); returns the record that
+    ``eval-<step>.json`` holds: returns per episode, mean, std and the settings."""
+    if episodes < 1:
+        raise ConfigError(f"episodes={episodes} is invalid: allowed integers >= 1")
+    policy = saved.greedy_policy(network)
+    own = env is None
+    env = make_vec_env(saved.config.env, seed=seed, num_envs=episodes) if own else env
+    try:
+        returns = evaluate(env, policy, seed=seed)
+    finally:
+        if own:
+            env.close()
+    return {
+        "run": str(saved.run_dir),
+        "step": saved.step,
+        "network": network,
+        "episodes": int(len(returns)),
+        "seed": seed,
+        "returns": [float(r) for r in returns],
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+    }
+
+
+def record_video(saved: SavedRun, network: str, seed: int, episodes: int, folder: Path) -> list[str]:
+    """Record ``episodes`` greedy episodes of the run's env (rendered ``rgb_array``) as mp4 files in
+    ``folder``; returns their paths. One-line :class:`ConfigError` if the env cannot render or
+    the video extra is missing."""
+    import os
+
+    import gymnasium as gym
+
+    from envs import make_env
+
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render off-screen: no display needed
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    env_config = copy.deepcopy(saved.config.env)
+    env_config.kwargs = {**env_config.kwargs, "render_mode": "rgb_array"}
+    env = make_env(env_config, seed)
+    if env.render_mode != "rgb_array":
+        env.close()
+        raise ConfigError(
+            f"env.id={env_config.id!r} cannot render rgb_array frames: video=true is unavailable"
+        )
+    try:
+        env = gym.wrappers.RecordVideo(env, str(folder), episode_trigger=lambda _: True, name_prefix="eval")
+    except gym.error.DependencyNotInstalled as exc:
+        env.close()
+        raise ConfigError(f"video=true needs moviepy: pip install -e '.[video]' ({exc})") from None
+    vec = gym.vector.SyncVectorEnv([lambda: env], autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    policy = saved.greedy_policy(network)
+    try:
+        for i in range(episodes):
+            evaluate(vec, policy, seed=seed + i)
+    except gym.error.DependencyNotInstalled as exc:
+        raise ConfigError(f"video=true: rendering {env_config.id} needs {str(exc).splitlines()[0]}") from None
+    finally:
+        vec.close()
+    return sorted(str(p) for p in Path(folder).glob("*.mp4"))

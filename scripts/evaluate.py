@@ -1,0 +1,103 @@
+"""Evaluate a trained run: ``python -m scripts.evaluate run=DIR [step=N] [episodes=10]
+[network=online|target] [seed=0] [video=false]``.
+
+Greedy episodes from the run's newest complete checkpoint (or ``step``); prints mean +- std and
+writes ``eval-<step>.json`` into the run. ``video=true`` also records ``video_episodes`` episodes
+of an env that renders ``rgb_array`` into ``DIR/videos/eval-<step>/`` (needs
+``pip install -e '.[video]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from envs.config import ConfigError  # noqa: E402
+
+log = logging.getLogger("recurrl")
+
+
+@dataclass
+class EvaluateConfig:
+    """What to evaluate and how."""
+
+    # The run directory (what scripts.train wrote).
+    run: str = "???"
+    # Checkpoint env step; null = the newest that loads completely.
+    step: int | None = None
+    # Greedy episodes, run in parallel (one env each).
+    episodes: int = 10
+    # Weights to act with: online, or target (the EMA of the online weights).
+    network: str = "online"
+    # Seed of the evaluation envs (episode i starts from seed + i).
+    seed: int = 0
+    # Record episodes to DIR/videos/eval-<step>/ (the env must render rgb_array).
+    video: bool = False
+    # Episodes to record when video=true.
+    video_episodes: int = 1
+
+
+def run_evaluation(cfg: EvaluateConfig) -> dict:
+    """Evaluate, write ``eval-<step>.json`` (and videos); returns the record."""
+    from agents.rundir import atomic_write
+    from agents.saved_run import evaluate_run, load_run, record_video
+
+    if cfg.network not in ("online", "target"):
+        raise ConfigError(f"network={cfg.network!r} is invalid: allowed online|target")
+    saved = load_run(cfg.run, cfg.step)
+    record = evaluate_run(saved, cfg.episodes, cfg.network, cfg.seed)
+    atomic_write(Path(cfg.run) / f"eval-{saved.step}.json", json.dumps(record, indent=2))
+    if cfg.video:
+        folder = Path(cfg.run) / "videos" / f"eval-{saved.step}"
+        record["videos"] = record_video(saved, cfg.network, cfg.seed, cfg.video_episodes, folder)
+    return record
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> float:
+    """Hydra entry point; returns the mean return."""
+    config = EvaluateConfig(**OmegaConf.to_container(cfg, resolve=True))
+    try:
+        record = run_evaluation(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    log.info(
+        "%s at env step %d, %s network: return %.2f +- %.2f over %d episodes -> %s",
+        config.run,
+        record["step"],
+        config.network,
+        record["return_mean"],
+        record["return_std"],
+        record["episodes"],
+        Path(config.run) / f"eval-{record['step']}.json",
+    )
+    return record["return_mean"]
+
+
+def check_run_arg(argv: list[str]) -> None:
+    """Exit with one line unless ``argv`` names a run directory (``run=DIR``) that holds a run; run
+    before Hydra, which would otherwise create the directory and its log file."""
+    runs = [a.split("=", 1)[1] for a in argv if a.startswith("run=")]
+    problem = None
+    if not runs:
+        problem = "run=DIR is required (a directory written by scripts.train)"
+    elif not (Path(runs[-1]) / "config.json").is_file():
+        problem = f"run={runs[-1]!r} holds no run: {Path(runs[-1]) / 'config.json'} is missing"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    check_run_arg(sys.argv[1:])
+    main()

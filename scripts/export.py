@@ -1,0 +1,71 @@
+"""Export a trained policy: ``python -m scripts.export run=DIR [format=saved_model] [step=N]
+[network=online|target] [out=PATH]``.
+
+Writes ``DIR/export/<format>-<step>`` (or ``out``): a SavedModel with the signatures
+``initial_state(batch_size)`` and ``step(observation, state) -> (action, q_values or action_mean,
+state)`` that plain TensorFlow loads without recurrl (agents/export.py documents the tensors).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from envs.config import ConfigError  # noqa: E402
+from scripts.evaluate import check_run_arg  # noqa: E402
+
+log = logging.getLogger("recurrl")
+FORMATS = ("saved_model",)
+
+
+@dataclass
+class ExportConfig:
+    """What to export and where."""
+
+    # The run directory (what scripts.train wrote).
+    run: str = "???"
+    # saved_model: a TensorFlow SavedModel with flat-tensor signatures.
+    format: str = "saved_model"
+    # Checkpoint env step; null = the newest that loads completely.
+    step: int | None = None
+    # Weights to export: online, or target (the EMA of the online weights).
+    network: str = "online"
+    # Output directory; null = DIR/export/<format>-<step>.
+    out: str | None = None
+
+
+def run_export(cfg: ExportConfig) -> Path:
+    """Export as configured; returns the written path."""
+    from agents.export import export_saved_model
+    from agents.saved_run import load_run
+
+    if cfg.format not in FORMATS:
+        raise ConfigError(f"format={cfg.format!r} is invalid: allowed {'|'.join(FORMATS)}")
+    saved = load_run(cfg.run, cfg.step, backend="graph")  # TF ops only: no native op in the export
+    out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export" / f"{cfg.format}-{saved.step}"
+    return export_saved_model(saved, out, cfg.network)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="export")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point."""
+    config = ExportConfig(**OmegaConf.to_container(cfg, resolve=True))
+    try:
+        out = run_export(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    log.info("exported %s (%s network) to %s", config.run, config.network, out)
+
+
+if __name__ == "__main__":
+    check_run_arg(sys.argv[1:])
+    main()

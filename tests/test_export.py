@@ -1,0 +1,127 @@
+"""After training: evaluate a checkpoint and export the policy, loaded by plain TensorFlow."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.actor import Actor
+from agents.config import Config
+from agents.export import export_saved_model
+from agents.loop import train
+from agents.saved_run import evaluate_run, load_run
+from envs import make_vec_env
+from envs.config import ConfigError
+
+LOADER = textwrap.dedent(
+    """
+    import sys
+    for name in ("agents", "envs", "scripts", "conf"):
+        sys.modules[name] = None  # recurrl must not be needed
+    import numpy as np
+    import tensorflow as tf
+    model = tf.saved_model.load(sys.argv[1])
+    data = np.load(sys.argv[2])
+    state = model.initial_state(tf.constant(1, tf.int32))["state"]
+    actions, values = [], []
+    for obs in data["obs"]:
+        out = model.step(tf.constant(obs[None]), state)
+        state = out["state"]
+        actions.append(out["action"].numpy()[0])
+        values.append(out["q_values" if "q_values" in out else "action_mean"].numpy()[0])
+    sig = model.signatures["step"](observation=tf.constant(data["obs"][:1]), state=model.initial_state(
+        tf.constant(1, tf.int32))["state"])
+    np.savez(sys.argv[3], action=np.array(actions), value=np.array(values), sig_action=sig["action"].numpy())
+    """
+)
+
+
+def _episode(saved) -> dict[str, np.ndarray]:
+    """One greedy episode of the numpy acting policy: observations, actions and outputs per step."""
+    env = make_vec_env(saved.config.env, seed=123, num_envs=1)
+    policy = saved.greedy_policy("online")
+    actor = Actor(env, policy, replay=None, seed=123)
+    obs, actions, values = [], [], []
+    while True:
+        features = actor.obs
+        out, _ = policy.net.step(features, actor.state)
+        obs.append(features[0].copy())
+        values.append(out[0])
+        stats = actor.step(explore=False)
+        actions.append(actor.prev_action[0])
+        if stats.returns:
+            break
+    env.close()
+    return {"obs": np.array(obs, np.float32), "action": np.array(actions), "value": np.array(values)}
+
+
+@pytest.mark.parametrize(("agent", "cell"), [("rdqn", "lstm"), ("rdqn", "gru"), ("rddpg", "lstm")])
+def test_exported_policy_acts_like_the_numpy_policy_without_recurrl(
+    tiny_config: Config, tmp_path: Path, agent: str, cell: str
+) -> None:
+    config = copy.deepcopy(tiny_config)
+    config.network.cell = cell
+    if agent == "rddpg":
+        from agents.rddpg import RDDPGConfig
+
+        config.agent = RDDPGConfig(batch_size=8, n_step=2)
+        config.env.id = "recurrl/CueMemoryContinuous-v0"
+        config.network.post_layers = [16]
+    train(config)
+    saved = load_run(config.run_dir, backend="graph")
+    episode = _episode(saved)
+    out = export_saved_model(saved, tmp_path / "export")
+    np.savez(tmp_path / "episode.npz", obs=episode["obs"])
+    script = tmp_path / "load.py"
+    script.write_text(LOADER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out), str(tmp_path / "episode.npz"), str(tmp_path / "got.npz")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.load(tmp_path / "got.npz")
+    assert len(got["action"]) == len(episode["obs"]) >= 3
+    if agent == "rdqn":  # the actor's previous action is one-hot
+        np.testing.assert_array_equal(got["action"], episode["action"].argmax(axis=-1))
+    else:
+        np.testing.assert_allclose(got["action"], episode["action"], atol=1e-5)
+    np.testing.assert_allclose(got["value"], episode["value"], atol=1e-5)
+    assert got["sig_action"].shape[0] == 1
+
+
+def test_evaluate_run_writes_returns_and_refuses_a_missing_step(tiny_config: Config) -> None:
+    train(copy.deepcopy(tiny_config))
+    saved = load_run(tiny_config.run_dir)
+    assert saved.step == 400
+    record = evaluate_run(saved, episodes=6, network="target", seed=5)
+    assert record["episodes"] == 6 and len(record["returns"]) == 6 and record["network"] == "target"
+    assert np.isclose(record["return_mean"], np.mean(record["returns"]))
+    with pytest.raises(ConfigError, match=r"^step=300 is invalid: allowed 200\|400$"):
+        load_run(tiny_config.run_dir, step=300)
+    assert load_run(tiny_config.run_dir, step=200).step == 200
+
+
+def test_evaluate_command_writes_eval_json_and_refuses_a_non_run(tiny_config: Config, tmp_path: Path) -> None:
+    train(copy.deepcopy(tiny_config))
+    root = Path(__file__).resolve().parents[1]
+    run = tiny_config.run_dir
+    cmd = [sys.executable, "-m", "scripts.evaluate", f"run={run}", "episodes=3"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((Path(run) / "eval-400.json").read_text())
+    assert record["episodes"] == 3 and record["step"] == 400
+    bad = tmp_path / "empty"
+    proc = subprocess.run([*cmd[:3], f"run={bad}"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: run=")
+    assert not bad.exists()
