@@ -1,0 +1,68 @@
+"""scripts.plot: runs found, grouped by the keys that differ, mean and bootstrap band over seeds."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from scripts.plot import find_runs, group_runs, main
+
+
+def _run(root: Path, name: str, cell: str, seed: int, returns: list[float], every: int = 100) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(
+        json.dumps({"seed": seed, "network": {"cell": cell}, "env": {"id": "X"}})
+    )
+    with open(run / "progress.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            [
+                "env_steps",
+                "updates",
+                "wall_time_s",
+                "eval_return_mean",
+                "eval_return_std",
+                "train_return_mean",
+            ]
+        )
+        for i, r in enumerate(returns):
+            w.writerow([(i + 1) * every, i, i, r, 0, r])
+    return run
+
+
+def test_groups_by_differing_keys_and_averages_over_seeds(tmp_path: Path) -> None:
+    sweep = tmp_path / "multirun"
+    for seed, returns in enumerate([[10, 20, 30], [20, 40, 60], [30, 60, 90]]):
+        _run(sweep, f"{seed}_lstm", "lstm", seed, returns)
+    _run(sweep, "0_mlp", "mlp", 0, [5, 5])
+    _run(sweep, "1_mlp", "mlp", 1, [7, 9, 11, 13])  # a longer run: alone beyond step 300
+    (tmp_path / "not_a_run").mkdir()
+    runs = find_runs([str(sweep), str(tmp_path / "not_a_run")])
+    assert len(runs) == 5
+    groups = group_runs(runs, None)
+    assert sorted(groups) == ["network.cell=lstm", "network.cell=mlp"]
+    out = tmp_path / "plots" / "curves"
+    assert main([str(sweep), "threshold=50", f"out={out}"]) == 0
+    rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
+    lstm = {int(r["env_steps"]): r for r in rows if r["group"] == "network.cell=lstm"}
+    assert float(lstm[200]["mean"]) == pytest.approx(40.0) and int(lstm[200]["runs"]) == 3
+    assert float(lstm[200]["ci95_lo"]) <= 40.0 <= float(lstm[200]["ci95_hi"])
+    assert float(lstm[300]["ci95_lo"]) >= 30.0 and float(lstm[300]["ci95_hi"]) <= 90.0
+    mlp = {int(r["env_steps"]): r for r in rows if r["group"] == "network.cell=mlp"}
+    assert int(mlp[400]["runs"]) == 1 and float(mlp[400]["mean"]) == pytest.approx(13.0)
+    assert float(mlp[200]["mean"]) == pytest.approx(7.0)
+    assert out.with_suffix(".png").stat().st_size > 1000
+
+
+def test_bad_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _run(tmp_path, "a", "lstm", 0, [1, 2])
+    assert main([str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.startswith("error: no runs")
+    assert main([str(tmp_path), "group_by=network.nope"]) == 2
+    assert "group_by=network.nope is not a config key" in capsys.readouterr().err
+    assert main([str(tmp_path), "colour=red"]) == 2
+    assert "colour is not an option" in capsys.readouterr().err
