@@ -247,11 +247,12 @@ FROZEN_ON_RESUME = (
 MUTABLE_UNDER_FROZEN = ("network.kernel", "network.backend")
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as ``{"a.b.c": value}`` (an empty dict stays a value)."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for k, v in data.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         return out or {prefix[:-1]: {}}
     return {prefix[:-1]: data}
 
@@ -300,7 +301,7 @@ def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
     except OmegaConfBaseException as exc:
         raise ConfigError(f"override rejected on resume: {str(exc).splitlines()[0]}") from None
     config = OmegaConf.to_object(node)
-    before, after = _flatten(dataclasses.asdict(saved)), _flatten(dataclasses.asdict(config))
+    before, after = flatten(dataclasses.asdict(saved)), flatten(dataclasses.asdict(config))
     for key in sorted(set(before) | set(after)):
         old, new = before.get(key), after.get(key)
         if old == new or key in ("resume", "run_dir"):

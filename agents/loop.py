@@ -161,6 +161,9 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
     eval_env = make_vec_env(config.env, seed=EVAL_SEED_OFFSET, num_envs=config.eval.episodes)
     actor = Actor(env, policy, replay, seed=config.seed + ACTOR_RESET_SEED_STRIDE * counters.env_steps)
     writer = MetricsWriter(run_dir)
+    if not config.resume:
+        hparams = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("run_dir", "resume")}
+        writer.hparams(hparams, trial=run_dir.name)
     parts = _Run(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer)
     try:
         with StopSignals() as stop:
@@ -281,6 +284,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
     counters.wall_time_s = time.perf_counter() - started
     status = "finished" if counters.env_steps >= t.total_env_steps else f"stopped by {stop.requested}"
     summary = _summary(config, counters, evals, status)
+    writer.final_metrics(counters.env_steps, summary)
     writer.summary(summary)
     if stop.requested:
         log.info(

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from agents.config import flatten
 from agents.rundir import atomic_write
 
 log = logging.getLogger("recurrl")
@@ -80,6 +81,27 @@ class MetricsWriter:
         td, mask = metrics["td_error"], metrics["mask"]
         self.scalars(step, {f"{prefix}/{k}": v for k, v in td_summary(td, mask).items()})
         self.histogram(step, f"{prefix}/histogram", td[mask > 0])
+
+    def hparams(self, config: Mapping[str, object], trial: str) -> None:
+        """The run's flattened config as TensorBoard hparams (the HParams tab compares a sweep by
+        them against the ``hparams/*`` metrics :meth:`final_metrics` writes)."""
+        from tensorboard.plugins.hparams import api as hp
+
+        values = {}
+        for key, value in flatten(config).items():
+            ok = isinstance(value, bool | int | float | str)
+            values[key] = value if ok else json.dumps(value)
+        with self.writer.as_default():
+            hp.hparams(values, trial_id=trial)
+
+    def final_metrics(self, step: int, summary: Mapping[str, object]) -> None:
+        """Final and best evaluation return as ``hparams/*`` scalars (skipped while there is none)."""
+        values = {
+            f"hparams/{key}": summary[key]
+            for key in ("final_eval_return_mean", "best_eval_return_mean")
+            if summary.get(key) is not None
+        }
+        self.scalars(step, values)
 
     def progress(self, row: Mapping[str, float]) -> None:
         """Append one evaluation row to ``progress.csv`` (header written once), fsynced."""

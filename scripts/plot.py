@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.config import flatten
 from agents.metrics import read_progress
 
 IGNORED = ("seed", "run_dir", "resume")
@@ -35,19 +36,13 @@ def find_runs(patterns: list[str]) -> list[Path]:
     return sorted(runs)
 
 
-def _flat(data: dict, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = json.dumps(value) if not isinstance(value, str) else value
-    return out
+def _label_values(config: dict) -> dict[str, str]:
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in flatten(config).items()}
 
 
 def group_runs(runs: list[Path], group_by: list[str] | None) -> dict[str, list[Path]]:
     """``label -> runs``; the label joins the ``group_by`` keys' values (``key=value``)."""
-    configs = {run: _flat(json.loads((run / "config.json").read_text())) for run in runs}
+    configs = {run: _label_values(json.loads((run / "config.json").read_text())) for run in runs}
     if group_by is None:
         keys = sorted({k for c in configs.values() for k in c})
         group_by = [

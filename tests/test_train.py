@@ -34,6 +34,9 @@ def test_smoke_run_writes_everything(tiny_config: Config) -> None:
         "eval/return_mean",
         "perf/env_steps_per_s",
         "perf/updates_per_s",
+        "hparams/final_eval_return_mean",
+        "hparams/best_eval_return_mean",
+        "_hparams_/session_start_info",
     ]:
         assert tag in tags, tag
     rows = list(csv.DictReader(open(run / "progress.csv")))
