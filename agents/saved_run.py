@@ -7,8 +7,10 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 
 from agents.actor import evaluate
@@ -16,7 +18,7 @@ from agents.checkpoint import Checkpointer
 from agents.config import Config, config_from_dict
 from agents.networks import NumpyNetwork
 from agents.run_state import Counters
-from envs import describe_env, make_vec_env
+from envs import describe_env, make_env, make_vec_env
 from envs.config import ConfigError
 from envs.make import EnvSpec
 
@@ -109,22 +111,16 @@ def record_video(saved: SavedRun, network: str, seed: int, episodes: int, folder
     """Record ``episodes`` greedy episodes of the run's env (rendered ``rgb_array``) as mp4 files in
     ``folder``; returns their paths. One-line :class:`ConfigError` if the env cannot render or
     the video extra is missing."""
-    import os
-
-    import gymnasium as gym
-
-    from envs import make_env
-
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # render off-screen: no display needed
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     env_config = copy.deepcopy(saved.config.env)
+    probe = make_env(env_config, seed)
+    modes = probe.metadata.get("render_modes", [])
+    probe.close()
+    if "rgb_array" not in modes:
+        raise ConfigError(f"env.id={env_config.id!r} cannot render rgb_array frames (render modes: {modes})")
     env_config.kwargs = {**env_config.kwargs, "render_mode": "rgb_array"}
     env = make_env(env_config, seed)
-    if env.render_mode != "rgb_array":
-        env.close()
-        raise ConfigError(
-            f"env.id={env_config.id!r} cannot render rgb_array frames: video=true is unavailable"
-        )
     try:
         env = gym.wrappers.RecordVideo(env, str(folder), episode_trigger=lambda _: True, name_prefix="eval")
     except gym.error.DependencyNotInstalled as exc:

@@ -125,3 +125,20 @@ def test_evaluate_command_writes_eval_json_and_refuses_a_non_run(tiny_config: Co
     proc = subprocess.run([*cmd[:3], f"run={bad}"], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: run=")
     assert not bad.exists()
+
+
+def test_video_of_a_rendering_env_and_one_line_for_another(tiny_config: Config, tmp_path: Path) -> None:
+    pytest.importorskip("moviepy", reason="video needs the video extra (moviepy)")
+    pytest.importorskip("pygame", reason="CartPole renders with pygame (video extra)")
+    from agents.saved_run import record_video
+
+    cue = copy.deepcopy(tiny_config)
+    train(cue)
+    with pytest.raises(ConfigError, match=r"^env.id='recurrl/CueMemory-v0' cannot render rgb_array"):
+        record_video(load_run(cue.run_dir), "online", 0, 1, tmp_path / "none")
+    cart = copy.deepcopy(tiny_config)
+    cart.run_dir = str(tmp_path / "cart")
+    cart.env.id, cart.env.kwargs, cart.env.mask_obs = "CartPole-v1", {}, [1, 3]
+    train(cart)
+    files = record_video(load_run(cart.run_dir), "online", 0, 2, tmp_path / "videos")
+    assert len(files) == 2 and all(Path(f).stat().st_size > 1000 for f in files)
