@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import keras
+import numpy as np
 import tensorflow as tf
 
+from agents.networks import LN_EPSILON
 from agents.saved_run import SavedRun
 from envs.config import ConfigError
 
@@ -92,4 +95,77 @@ def export_saved_model(saved: SavedRun, out: str | Path, network: str = "online"
         "step": module.step.get_concrete_function(),
     }
     tf.saved_model.save(module, str(out), signatures=signatures)
+    return out
+
+
+def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
+    """The policy network rebuilt from stock Keras layers (no recurrl class in it), weights copied::
+
+        inputs:  observation [B, T, O], then the recurrent state ([B, U] h and c for an LSTM, h for a GRU)
+        outputs: Q-values [B, T, A] (rdqn) or the actor's action in [-1, 1] [B, T, A] (rddpg),
+                 then the final state
+
+    Normalisation is ``Normalization`` and a clip built from ``Rescaling`` and ``hard_tanh``; each
+    dense layer is ``Dense`` (+ ``LayerNormalization``) + ReLU; the core is ``keras.layers.LSTM`` or
+    ``GRU`` with the trained weights (the cores keep Keras' weight layouts).
+    """
+    config = saved.config.network
+    if config.cell not in ("lstm", "gru"):
+        raise ConfigError(
+            f"network.cell={config.cell!r} has no stock Keras layer: format=keras allows lstm|gru"
+        )
+    if config.inputs:
+        raise ConfigError(
+            f"network.inputs={list(config.inputs)} cannot be exported as format=keras: allowed []"
+        )
+    net = saved.learner.eval_network(network)
+    encoder = getattr(net, "encoder", net)  # the layers before the core
+    obs = keras.Input((None, saved.spec.obs_dim), name="observation")
+    state_in = [keras.Input((s,), name=n) for s, n in zip(net.state_sizes, ("h", "c"), strict=False)]
+    x = obs
+    if getattr(encoder, "norm_dim", 0):
+        mean, std = np.asarray(encoder.input_mean), np.asarray(encoder.input_std)
+        clip = float(config.obs_clip)
+        x = keras.layers.Normalization(mean=mean, variance=np.square(std), name="normalize")(x)
+        x = keras.layers.Rescaling(1.0 / clip)(x)
+        x = keras.layers.Activation("hard_tanh")(x)
+        x = keras.layers.Rescaling(clip, name="clip")(x)
+    x = _dense_stack(x, encoder.pre)
+    core = net.core
+    rnn_cls = keras.layers.LSTM if config.cell == "lstm" else keras.layers.GRU
+    kwargs = {} if config.cell == "lstm" else {"reset_after": config.reset_after}
+    rnn = rnn_cls(core.units, return_sequences=True, return_state=True, name="core", **kwargs)
+    x, *state_out = rnn(x, initial_state=state_in)
+    rnn.set_weights([np.asarray(w) for w in (core.cell.kernel, core.cell.recurrent_kernel, core.cell.bias)])
+    x = _dense_stack(x, net.post)
+    head = net.head
+    activation = head.activation.__name__ if head.activation else None
+    out_layer = keras.layers.Dense(head.units, activation=activation, name="head")
+    out = out_layer(x)
+    out_layer.set_weights([np.asarray(head.kernel), np.asarray(head.bias)])
+    return keras.Model([obs, *state_in], [out, *state_out], name="recurrl_policy")
+
+
+def _dense_stack(x: keras.KerasTensor, layers: list) -> keras.KerasTensor:
+    for i, layer in enumerate(layers):
+        dense = keras.layers.Dense(
+            layer.units, activation=None if layer.layer_norm else "relu", name=f"dense_{i}"
+        )
+        y = dense(x)
+        dense.set_weights([np.asarray(layer.kernel), np.asarray(layer.bias)])
+        if layer.layer_norm:
+            norm = keras.layers.LayerNormalization(epsilon=LN_EPSILON, name=f"layer_norm_{i}")
+            y = keras.layers.ReLU()(norm(y))
+            norm.set_weights([np.asarray(layer.ln_gamma), np.asarray(layer.ln_beta)])
+        x = y
+    return x
+
+
+def export_keras(saved: SavedRun, out: str | Path, network: str = "online") -> Path:
+    """Write :func:`keras_model` as a ``.keras`` file (``keras.saving.load_model`` reads it with no
+    custom objects); returns its path."""
+    out = Path(out)
+    out = out if out.suffix == ".keras" else out.with_suffix(".keras")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    keras_model(saved, network).save(out)
     return out
