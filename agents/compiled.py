@@ -1,13 +1,12 @@
 """Calling a learner's compiled update step with little Python around it.
 
-A ``tf.function`` called with a dict of numpy arrays spends about 0.9 ms per call here in Python
-(argument binding, the trace-cache lookup, TensorFlow's own conversion of each array); its traced
-concrete function, given tensors made by ``tf.constant``, about 0.4 ms; the concrete function's
-flat call (``_call_flat``: the inputs already flattened, no signature binding), about 0.15 ms.
-The canonical rdqn update (LSTM-128, B=32) runs 1.06x faster through the concrete function than
-through the ``tf.function`` (same-process A/B). :class:`CompiledStep` calls the same graph, traced
-once, by the flat call where this TensorFlow has it (a private method: TF is pinned, and without
-it the public call is used).
+Calling a ``tf.function`` with a dict of numpy arrays pays, on every call, for argument binding,
+the trace-cache lookup and TensorFlow's conversion of each array; next to a learner update of a few
+milliseconds that Python work is worth removing (figures: docs/performance.md, "Learner speed").
+:class:`CompiledStep` traces the function once, converts each input with ``tf.constant`` and calls
+the concrete function's flat call (``_call_flat``: inputs already flattened, no signature binding)
+where this TensorFlow has it. ``_call_flat`` is a private method: TensorFlow is pinned, and where
+the method is missing the concrete function's public call is used.
 """
 
 from __future__ import annotations

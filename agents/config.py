@@ -31,7 +31,8 @@ class TrainConfig:
 
     # Env steps to collect in total (summed over vectorised envs).
     total_env_steps: int = 15_000
-    # Env steps of random-policy... (epsilon schedule still applies) collected before learning.
+    # Env steps collected before the first learner update (rdqn acts by its epsilon schedule,
+    # rddpg/rtd3 take uniform random actions), so the first batches come from many episodes.
     learning_starts: int = 1_000
     # Learner updates per env step (fractional: 0.25 = one update every 4 env steps).
     updates_per_step: float = 0.5
@@ -45,9 +46,9 @@ class TrainConfig:
     deterministic: bool = True
     # TF thread pools (0 = TF's choice, all cores). One thread per op and two ops at a time suits
     # the learner: its target and online unrolls are two chains of small ops, and an op split over
-    # both cores waits for the busy one. Measured on 2 cores: 1.15-1.35x the updates/s of TF's
-    # default (docs/performance.md). Applied when the process first uses TF; later runs in the same
-    # process keep the first setting (a warning says so).
+    # both cores waits for the thread busy with the other chain (figures: docs/performance.md).
+    # Set both to 0 on a many-core machine with large networks. Applied when the process first uses
+    # TF; later runs in the same process keep the first setting (a warning says so).
     tf_intra_op_threads: int = 1
     tf_inter_op_threads: int = 2
 

@@ -2,8 +2,7 @@
 
 Position-only observations (a pole angle of a few hundredths of a radian) carry velocity only in
 the tiny differences between steps; scaling them to unit variance is what lets a recurrent core
-read those differences quickly (on masked CartPole it is the difference between a policy that
-balances and one that does not within 15k steps). Statistics are a running mean/variance over
+read those differences quickly. Statistics are a running mean/variance over
 every observation the training envs produced (Chan et al.'s parallel update); the networks hold
 the current ``mean``/``std`` as non-trainable weights and apply ``clip((x - mean) / std, -clip, clip)``
 to their first ``norm_dim`` input features. Replay keeps raw observations.

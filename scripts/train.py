@@ -11,8 +11,9 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The actor's numpy steps are small matmuls: a second BLAS thread only adds sync cost (measured:
-# 2.3k vs 41k env steps/s at 32 envs). TF's own kernels do not use OpenBLAS.
+# The actor's numpy steps are small matmuls that one thread runs as fast as two; a second OpenBLAS
+# thread only competes with TF's threads for the cores, which slows acting badly on a loaded
+# machine (docs/performance.md, "Acting speed"). TF's own kernels do not use OpenBLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import hydra  # noqa: E402
