@@ -1,9 +1,11 @@
 """Export a trained policy: ``python -m scripts.export run=DIR [format=saved_model] [step=N]
 [network=online|target] [out=PATH]``.
 
-Writes ``DIR/export/<format>-<step>`` (or ``out``): a SavedModel with the signatures
-``initial_state(batch_size)`` and ``step(observation, state) -> (action, q_values or action_mean,
-state)`` that plain TensorFlow loads without recurrl (agents/export.py documents the tensors).
+Writes ``DIR/export/<format>-<step>`` (or ``out``): with ``format=saved_model`` a SavedModel with
+the signatures ``initial_state(batch_size)`` and ``step(observation, state) -> (action, q_values or
+action_mean, state)`` that plain TensorFlow loads without recurrl; with ``format=keras`` a
+``.keras`` file of stock Keras layers that ``keras.saving.load_model`` reads (agents/export.py
+documents the tensors of both).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from envs.config import ConfigError  # noqa: E402
 from scripts.evaluate import check_run_arg  # noqa: E402
 
 log = logging.getLogger("recurrl")
-FORMATS = ("saved_model",)
+FORMATS = ("saved_model", "keras")
 
 
 @dataclass
@@ -32,7 +34,8 @@ class ExportConfig:
 
     # The run directory (what scripts.train wrote).
     run: str = "???"
-    # saved_model: a TensorFlow SavedModel with flat-tensor signatures.
+    # saved_model: a TensorFlow SavedModel with flat-tensor signatures; keras: a .keras file of
+    # stock Keras layers (LSTM/GRU cores only).
     format: str = "saved_model"
     # Checkpoint env step; null = the newest that loads completely.
     step: int | None = None
@@ -44,13 +47,15 @@ class ExportConfig:
 
 def run_export(cfg: ExportConfig) -> Path:
     """Export as configured; returns the written path."""
-    from agents.export import export_saved_model
+    from agents.export import export_keras, export_saved_model
     from agents.saved_run import load_run
 
     if cfg.format not in FORMATS:
         raise ConfigError(f"format={cfg.format!r} is invalid: allowed {'|'.join(FORMATS)}")
     saved = load_run(cfg.run, cfg.step, backend="graph")  # TF ops only: no native op in the export
     out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export" / f"{cfg.format}-{saved.step}"
+    if cfg.format == "keras":
+        return export_keras(saved, out, cfg.network)
     return export_saved_model(saved, out, cfg.network)
 
 

@@ -142,3 +142,50 @@ def test_video_of_a_rendering_env_and_one_line_for_another(tiny_config: Config, 
     train(cart)
     files = record_video(load_run(cart.run_dir), "online", 0, 2, tmp_path / "videos")
     assert len(files) == 2 and all(Path(f).stat().st_size > 1000 for f in files)
+
+
+KERAS_LOADER = textwrap.dedent(
+    """
+    import sys
+    for name in ("agents", "envs", "scripts", "conf"):
+        sys.modules[name] = None
+    import keras
+    import numpy as np
+    model = keras.saving.load_model(sys.argv[1])
+    data = np.load(sys.argv[2])
+    state = [np.zeros((1, int(s.shape[-1])), np.float32) for s in model.inputs[1:]]
+    values = []
+    for obs in data["obs"]:
+        out, *state = model([obs[None, None], *state])
+        state = [np.asarray(s) for s in state]
+        values.append(np.asarray(out)[0, 0])
+    np.savez(sys.argv[3], value=np.array(values))
+    """
+)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_keras_export_of_stock_layers_matches_the_numpy_policy(
+    tiny_config: Config, tmp_path: Path, cell: str
+) -> None:
+    from agents.export import export_keras
+
+    tiny_config.network.cell = cell
+    tiny_config.network.layer_norm = True
+    train(tiny_config)
+    saved = load_run(tiny_config.run_dir)
+    episode = _episode(saved)
+    out = export_keras(saved, tmp_path / "policy")
+    np.savez(tmp_path / "episode.npz", obs=episode["obs"])
+    script = tmp_path / "load.py"
+    script.write_text(KERAS_LOADER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out), str(tmp_path / "episode.npz"), str(tmp_path / "got.npz")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "got.npz")["value"], episode["value"], atol=1e-4)
