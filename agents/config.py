@@ -297,6 +297,7 @@ def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
         else:
             keys.append(item)
     node = OmegaConf.structured(saved)
+    OmegaConf.set_struct(node.env.kwargs, False)  # free-form: a new key must reach the frozen check
     try:
         node.merge_with_dotlist(keys)
     except OmegaConfBaseException as exc:

@@ -23,7 +23,7 @@ from agents import native
 from agents.actor import Actor, EpsilonGreedy, evaluate
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
-from agents.guards import NonFiniteError, StopSignals, nonfinite_env, nonfinite_metrics
+from agents.guards import NonFiniteError, StopSignals, nonfinite_metrics
 from agents.metrics import LearnerLog, MetricsWriter, read_progress, rewind
 from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
@@ -32,7 +32,7 @@ from agents.rdqn import RDQNLearner, epsilon_at
 from agents.replay import SequenceReplay
 from agents.run_state import Counters, restore_run_state, save_run_state
 from agents.rundir import RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
-from envs import describe_env, make_vec_env
+from envs import describe_env, describe_non_finite, make_vec_env
 from envs.config import ConfigError
 from envs.make import EnvSpec
 
@@ -226,7 +226,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
     while counters.env_steps < t.total_env_steps:
         stats = actor.step(explore=True)
         counters.env_steps += n
-        bad = nonfinite_env(actor.obs, actor.prev_reward)
+        bad = describe_non_finite(actor.obs, actor.prev_reward)
         if bad:
             _stop_nonfinite(run, evals, started, bad)
         run.normalizer.update(actor.obs)
