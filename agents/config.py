@@ -132,12 +132,7 @@ def validate(config: Config) -> None:
         widths = list(getattr(n, key))
         _check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")
     _check(r.burn_in >= 0, "replay.burn_in", r.burn_in, "integers >= 0")
-    _check(
-        r.trace_length >= 1,
-        "replay.burn_in",
-        r.burn_in,
-        f"< burn_in + trace_length (trace_length={r.trace_length} must be >= 1)",
-    )
+    _check(r.trace_length >= 1, "replay.trace_length", r.trace_length, "integers >= 1")
     _check(
         r.initial_state in ("stored", "zero"),
         "replay.initial_state",
