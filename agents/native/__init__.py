@@ -236,6 +236,8 @@ def ensure_library(rebuild: bool = False) -> Path:
         if problem:
             reasons.append(problem)
             continue
+        if reasons:  # say once why the earlier places were passed over
+            log.info("native ops: using %s (%s)", cache, "; ".join(reasons))
         lib = CachedLibrary(cache, name, private)
         if not rebuild and lib.verified():
             return lib.path

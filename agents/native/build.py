@@ -17,7 +17,7 @@ class BuildFailed(RuntimeError):
 
 
 def _run(cmds: list[list[str]], what: str) -> None:
-    """Run the commands concurrently (each compile takes ~30 s, mostly TF's headers); log any
+    """Run the commands concurrently (each compile is mostly parsing TF's headers); log any
     warnings of a successful run, raise :class:`BuildFailed` with the last error line otherwise."""
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for cmd in cmds
