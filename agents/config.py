@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.cells import CELLS, KERNELS
+from agents.cells import CELLS
+from agents.kernels import BACKENDS
 from agents.networks import NetworkConfig
 from agents.rddpg import RDDPGConfig
 from agents.rdqn import RDQNConfig
@@ -121,11 +122,11 @@ def validate(config: Config) -> None:
     extras = ("prev_action", "prev_reward")
     _check(all(i in extras for i in n.inputs), "network.inputs", list(n.inputs), "any of " + "|".join(extras))
     _check(n.units >= 1, "network.units", n.units, "integers >= 1")
-    _check(n.kernel in KERNELS, "network.kernel", n.kernel, "|".join(KERNELS))
+    _check(n.backend in BACKENDS, "network.backend", n.backend, "|".join(BACKENDS))
     _check(
-        n.kernel != "native" or n.cell == "lstm",
-        "network.kernel",
-        n.kernel,
+        n.backend != "native" or n.cell == "lstm",
+        "network.backend",
+        n.backend,
         f"auto|graph|scan for cell={n.cell}",
     )
     for key in ("pre_layers", "post_layers"):
