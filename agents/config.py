@@ -241,7 +241,7 @@ FROZEN_ON_RESUME = (
     "agent.shared_core",
     "seed",
 )
-MUTABLE_UNDER_FROZEN = ("network.kernel", "network.backend")
+MUTABLE_UNDER_FROZEN = ("network.backend",)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

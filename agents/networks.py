@@ -46,12 +46,6 @@ class NetworkConfig:
     # and TF sees no GPU, else graph where the cell has one, else scan.
     backend: str = "auto"
 
-    @property
-    def kernel(self) -> str:
-        """Read-only alias of :attr:`backend` for callers not yet renamed; ``network.kernel`` is no
-        longer a config key."""
-        return self.backend
-
 
 LN_EPSILON = 1e-3
 
