@@ -25,7 +25,8 @@ import tensorflow as tf
 
 from agents import kernels
 from agents.cells import RecurrentCore, State
-from agents.networks import NetworkConfig, dense_stack
+from agents.layers import dense_stack
+from agents.networks import NetworkConfig
 
 
 def _build_stack(layers: list[keras.layers.Dense], width: int) -> int:

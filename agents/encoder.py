@@ -12,43 +12,52 @@ acting side mirrors it with :class:`NumpyEncoder`, so the two cannot drift apart
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import keras
 import numpy as np
 import tensorflow as tf
 
-from agents.networks import DenseReLU, NetworkConfig, numpy_dense_relu, numpy_dense_relu_step
+from agents import kernels
+from agents.layers import dense_stack, numpy_dense_relu, numpy_dense_relu_step
+
+if TYPE_CHECKING:
+    from agents.networks import NetworkConfig
 
 
 class Encoder(keras.layers.Layer):
     """``[..., F]`` network inputs -> ``[..., H]`` features (``H`` the last pre-layer width, or ``F``).
 
     ``norm_dim``: the leading input features (the observation) that the running normalisation
-    scales; 0 for none (``network.normalize_obs=false`` also turns it off).
+    scales; 0 for none (``network.normalize_obs=false`` also turns it off). ``choice``: the
+    network's kernel decision, which the dense layers follow.
     """
 
     def __init__(
-        self, config: NetworkConfig, input_dim: int, norm_dim: int = 0, name: str = "encoder"
+        self,
+        config: NetworkConfig,
+        input_dim: int,
+        norm_dim: int,
+        choice: kernels.KernelChoice,
+        name: str = "encoder",
     ) -> None:
         super().__init__(name=name)
         self.config = config
         self.input_dim = int(input_dim)
         self.norm_dim = int(norm_dim) if config.normalize_obs else 0
-        self.pre = [
-            DenseReLU(n, config.layer_norm, f"pre_{i}", config.kernel)
-            for i, n in enumerate(config.pre_layers)
-        ]
+        self.pre = dense_stack(config.pre_layers, "pre", config.layer_norm, choice)
         self.output_dim = self.pre[-1].units if self.pre else self.input_dim
 
     def build(self, input_shape: tuple[int | None, ...] | None = None) -> None:
-        with keras.name_scope(self.name):
-            if self.norm_dim:  # set by agents.normalizer, never trained
-                kw = {"shape": (self.norm_dim,), "trainable": False}
-                self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
-                self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
-            width = self.input_dim
-            for layer in self.pre:
-                layer.build((None, width))
-                width = layer.units
+        # Keras runs build under this layer's name scope: paths read "<network>/encoder/<var>".
+        if self.norm_dim:  # set by agents.normalizer, never trained
+            kw = {"shape": (self.norm_dim,), "trainable": False}
+            self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
+            self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
+        width = self.input_dim
+        for layer in self.pre:
+            layer.build((None, width))
+            width = layer.units
         self.built = True
 
     def normalize(self, inputs: tf.Tensor) -> tf.Tensor:

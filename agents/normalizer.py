@@ -49,9 +49,10 @@ class ObsNormalizer:
         """Write the current mean/std into every network that normalises its inputs."""
         mean, std = self.mean.astype(np.float32), self.std.astype(np.float32)
         for net in networks:
-            if getattr(net, "norm_dim", 0):
-                net.input_mean.assign(mean)
-                net.input_std.assign(std)
+            encoder = getattr(net, "encoder", net)
+            if getattr(encoder, "norm_dim", 0):
+                encoder.input_mean.assign(mean)
+                encoder.input_std.assign(std)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Arrays to checkpoint."""

@@ -92,7 +92,7 @@ def update_flops(learner, batch_size: int) -> int:
     length, bi, tl = learner.seq_len, learner.burn_in, learner.trace_length
     if hasattr(learner, "online_q"):
         q = learner.online_q
-        net = _dense_flops(q.pre) + _core_flops(q.core) + _dense_flops([*q.post, q.head])
+        net = _dense_flops(q.encoder.pre) + _core_flops(q.core) + _dense_flops([*q.post, q.head])
         return batch_size * net * (2 * length + 2 * tl)
     actor, critic = learner.online_actor, learner.online_critic
     enc_a = _dense_flops(actor.pre) + _core_flops(actor.core)

@@ -96,7 +96,7 @@ def test_backend_resolves_once_per_network(monkeypatch: pytest.MonkeyPatch, capl
             RecurrentNetwork(NetworkConfig(units=4, layer_norm=True), F, A, name=f"q{i}") for i in range(2)
         ]
     assert [dataclasses.astuple(n.kernels)[:2] for n in nets] == [("graph", "tf")] * 2
-    assert not any(layer.native for layer in nets[0].pre)
+    assert not any(layer.native for layer in nets[0].encoder.pre)
     assert [r.getMessage() for r in caplog.records].count(
         "network.backend=auto: native ops unavailable (no C++ compiler); using the graph kernel and TF ops"
     ) == 1

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from agents import fastrnn, native
-from agents.networks import DenseReLU
+from agents.layers import DenseReLU
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +205,7 @@ def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path
         "RecurrentNetwork(cfg, 3, 2, name='target_q')\n"
         "k, path = net.kernels, net.core.recurrence_for(tf.zeros([2, 5, 3]))\n"
         "print('kernels', k.recurrence, k.dense, path)\n"
-        "print('dense native', [layer.native for layer in net.pre + net.post])\n"
+        "print('dense native', [layer.native for layer in net.encoder.pre + net.post])\n"
     )
     auto = _python(code, env)
     assert auto.returncode == 0, auto.stderr

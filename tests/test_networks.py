@@ -194,8 +194,8 @@ def test_layer_norm_matches_keras_and_the_numpy_mirror() -> None:
     cfg = NetworkConfig(cell="lstm", units=6, pre_layers=[8], post_layers=[8], layer_norm=True)
     net = RecurrentNetwork(cfg, F, A, name="online_q")
     paths = [v.path for v in net.trainable_variables]
-    assert "online_q/pre_0/ln_gamma" in paths and "online_q/post_0/ln_beta" in paths
-    layer = net.pre[0]
+    assert "online_q/encoder/pre_0/ln_gamma" in paths and "online_q/post_0/ln_beta" in paths
+    layer = net.encoder.pre[0]
     layer.ln_gamma.assign(np.linspace(0.5, 1.5, 8).astype(np.float32))
     layer.ln_beta.assign(np.linspace(-0.2, 0.2, 8).astype(np.float32))
     x, reset = _inputs()
