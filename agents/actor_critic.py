@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from agents import kernels
 from agents.cells import RecurrentCore, State
-from agents.layers import dense_stack
+from agents.encoder import dense_stack
 from agents.networks import NetworkConfig
 
 

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents.layers import LN_EPSILON
+from agents.encoder import LN_EPSILON
 from agents.saved_run import SavedRun
 from envs.config import ConfigError
 

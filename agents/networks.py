@@ -15,8 +15,7 @@ import tensorflow as tf
 
 from agents import kernels
 from agents.cells import CELLS, RecurrentCore, State, core_weights, numpy_core_step
-from agents.encoder import Encoder, NumpyEncoder
-from agents.layers import dense_stack, numpy_dense_relu, numpy_dense_relu_step
+from agents.encoder import Encoder, NumpyEncoder, dense_stack, numpy_dense_relu, numpy_dense_relu_step
 
 
 @dataclass

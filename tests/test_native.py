@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from agents import fastrnn, native
-from agents.layers import DenseReLU
+from agents.encoder import DenseReLU
 
 ROOT = Path(__file__).resolve().parents[1]
 
