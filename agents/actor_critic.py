@@ -130,3 +130,27 @@ class ActorCriticNetwork(keras.Model):
         shape = tf.shape(inputs)
         h, _ = self.encode(inputs, self.initial_state(shape[0]), tf.zeros(shape[:2], inputs.dtype))
         return self.policy(h)
+
+
+def actor_and_critic(
+    config: NetworkConfig,
+    input_dim: int,
+    action_dim: int,
+    num_critics: int,
+    shared_core: bool,
+    side: str,
+    norm_dim: int,
+) -> tuple[ActorCriticNetwork, ActorCriticNetwork]:
+    """One side's (``online`` or ``target``) actor and critic: one instance twice if ``shared_core``.
+
+    Names are ``<side>_actor_critic``, or ``<side>_actor`` and ``<side>_critic`` (built in that
+    order, so a seed gives the same weights).
+    """
+    if shared_core:
+        both = ActorCriticNetwork(
+            config, input_dim, action_dim, True, num_critics, f"{side}_actor_critic", norm_dim
+        )
+        return both, both
+    actor = ActorCriticNetwork(config, input_dim, action_dim, True, 0, f"{side}_actor", norm_dim)
+    critic = ActorCriticNetwork(config, input_dim, action_dim, False, num_critics, f"{side}_critic", norm_dim)
+    return actor, critic

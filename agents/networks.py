@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from agents import native as native_ops
 from agents.cells import CELLS, RecurrentCore, State, core_weights, native_available, numpy_core_step
+from envs.config import check
 
 
 @dataclass
@@ -44,6 +45,17 @@ class NetworkConfig:
     # (agents/cells.py). auto takes native for lstm where it builds, else graph, else scan.
     # native (and auto where it builds) also runs each LayerNorm dense layer as one C++ op.
     kernel: str = "auto"
+
+    def validate(self) -> None:
+        """Range checks of these fields (``kernel`` is checked in agents.config.validate)."""
+        check(self.cell in CELLS, "network.cell", self.cell, "one of " + "|".join(CELLS))
+        extras = ("prev_action", "prev_reward")
+        inputs = list(self.inputs)
+        check(all(i in extras for i in inputs), "network.inputs", inputs, "any of " + "|".join(extras))
+        check(self.units >= 1, "network.units", self.units, "integers >= 1")
+        for key in ("pre_layers", "post_layers"):
+            widths = list(getattr(self, key))
+            check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")
 
 
 LN_EPSILON = 1e-3

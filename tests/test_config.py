@@ -75,7 +75,7 @@ BAD = [
     (["agent.tau=1.5"], "agent.tau=1.5", "(0, 1]"),
     (["agent.gamma=1.01"], "agent.gamma=1.01", "[0, 1]"),
     (["agent.gamma=-0.1"], "agent.gamma=-0.1", "[0, 1]"),
-    (["replay.trace_length=0"], "replay.burn_in", "burn_in + trace_length"),
+    (["replay.trace_length=0"], "replay.trace_length=0", "integers >= 1"),
     (["replay.capacity=100"], "replay.capacity=100", "sequence"),
     (["agent.n_step=0"], "agent.n_step=0", ">= 1"),
     (["agent.batch_size=0"], "agent.batch_size=0", ">= 1"),
