@@ -14,7 +14,7 @@ import tensorflow as tf
 from agents.config import Config, EvalConfig, TrainConfig, validate, validate_for_env
 from agents.exploration import ActionScaler
 from agents.loop import Counters, train
-from agents.networks import NetworkConfig
+from agents.networks import NetworkConfig, NumpyNetwork
 from agents.rddpg import RDDPGConfig, RDDPGLearner, build_rddpg
 from agents.replay import ReplayConfig
 from envs import describe_env
@@ -218,6 +218,38 @@ def test_smoke_run_writes_metrics_checkpoint_and_resumes(tmp_path):
     resumed.resume = str(run_dir)
     summary = train(resumed)
     assert summary["env_steps"] == 400 and summary["updates"] > 0
+
+
+def test_evaluation_with_the_target_actor(tmp_path, monkeypatch):
+    asked = []
+    eval_network = RDDPGLearner.eval_network
+    monkeypatch.setattr(
+        RDDPGLearner, "eval_network", lambda self, which: asked.append(which) or eval_network(self, which)
+    )
+    config = tiny_config(tmp_path, total_env_steps=300)
+    config.eval.network = "target"
+    validate(config)
+    summary = train(config)
+    assert [e["env_steps"] for e in summary["evaluations"]] == [150, 300]
+    assert all(np.isfinite(e["eval_return_mean"]) for e in summary["evaluations"])
+    assert asked == ["target", "target"]
+
+
+def test_target_eval_network_is_the_ema_actor_in_the_numpy_mirror():
+    learner = make_learner(tau=0.5)
+    learner.step(random_batch(learner))
+    x = learner.features(random_batch(learner, seed=1))[:, 0]  # [B, F], one step from zero state
+    b = x.shape[0]
+    for which, actor in (("online", learner.online_actor), ("target", learner.target_actor)):
+        assert learner.eval_network(which) is actor
+        mirror = NumpyNetwork(learner.eval_network(which))
+        u, _ = mirror.step(x, mirror.initial_state(b))
+        h, _ = actor.encode(tf.constant(x[:, None]), actor.initial_state(b), tf.zeros([b, 1]))
+        np.testing.assert_allclose(u, actor.policy(h).numpy()[:, 0], rtol=1e-4, atol=1e-5)
+    online, target = (NumpyNetwork(learner.eval_network(w)) for w in ("online", "target"))
+    assert not np.allclose(
+        online.step(x, online.initial_state(b))[0], target.step(x, target.initial_state(b))[0]
+    )
 
 
 def memory_config(tmp_path, cell: str) -> Config:
