@@ -154,3 +154,18 @@ def actor_and_critic(
     actor = ActorCriticNetwork(config, input_dim, action_dim, True, 0, f"{side}_actor", norm_dim)
     critic = ActorCriticNetwork(config, input_dim, action_dim, False, num_critics, f"{side}_critic", norm_dim)
     return actor, critic
+
+
+def trained_by_each_loss(
+    actor: ActorCriticNetwork, critic: ActorCriticNetwork
+) -> tuple[list[tf.Variable], list[tf.Variable]]:
+    """The online variables the actor loss trains, and those the critic loss trains.
+
+    With a shared core (``actor is critic``) the critic loss shapes the shared history and the actor
+    loss trains only the actor's post layers and head, which only read it.
+    """
+    if actor is not critic:
+        return list(actor.trainable_variables), list(critic.trainable_variables)
+    actor_variables = [v for layer in [*actor.post, actor.head] for v in layer.trainable_variables]
+    ids = {id(v) for v in actor_variables}
+    return actor_variables, [v for v in critic.trainable_variables if id(v) not in ids]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from agents.actor_critic import ActorCriticNetwork, actor_and_critic
+from agents.actor_critic import ActorCriticNetwork, actor_and_critic, trained_by_each_loss
 from agents.agent import StepCounter, register, validate_common
 from agents.compiled import CompiledStep
 from agents.exploration import (
@@ -128,8 +128,17 @@ class RDDPGConfig:
             )
 
 
-def _variables(layers: list) -> list[tf.Variable]:
-    return [v for layer in layers for v in layer.trainable_variables]
+def _batch_spec(b: int, length: int, in_dim: int, a: int, state_dim: int) -> dict[str, tf.TensorSpec]:
+    """The compiled step's input: features ``x`` ``[B, L, F]``, actions ``[B, L, A]`` in [-1, 1]."""
+    return {
+        "x": tf.TensorSpec([b, length, in_dim], tf.float32),
+        "action": tf.TensorSpec([b, length, a], tf.float32),
+        "state": tf.TensorSpec([b, state_dim], tf.float32),
+        **{
+            k: tf.TensorSpec([b, length], tf.float32)
+            for k in ("reward", "terminated", "truncated", "first", "valid")
+        },
+    }
 
 
 class RDDPGLearner:
@@ -168,13 +177,9 @@ class RDDPGLearner:
         pairs = {(self.online_actor, self.target_actor), (self.online_critic, self.target_critic)}
         self.targets = TargetUpdater(sorted(pairs, key=lambda p: p[0].name))
         self.targets.copy()  # the first TD targets come from the same functions as the online nets
-        if config.shared_core:  # the critic loss shapes the shared history; the actor only reads it
-            self.actor_variables = _variables([*self.online_actor.post, self.online_actor.head])
-            ids = {id(v) for v in self.actor_variables}
-            self.critic_variables = [v for v in self.online_critic.trainable_variables if id(v) not in ids]
-        else:
-            self.actor_variables = list(self.online_actor.trainable_variables)
-            self.critic_variables = list(self.online_critic.trainable_variables)
+        self.actor_variables, self.critic_variables = trained_by_each_loss(
+            self.online_actor, self.online_critic
+        )
         self.actor_optimizer = FusedAdam(learning_rate=config.actor_lr or config.lr)
         self.critic_optimizer = FusedAdam(learning_rate=config.critic_lr or config.lr)
         self.actor_optimizer.build(self.actor_variables)
@@ -183,16 +188,7 @@ class RDDPGLearner:
         self.noise_rng = tf.random.Generator.from_seed(seed)
         self._actor_grad_norm = tf.Variable(0.0, trainable=False)
         self.state_dim = sum(self.online_actor.state_sizes)
-        b, length = config.batch_size, self.seq_len
-        spec = {
-            "x": tf.TensorSpec([b, length, in_dim], tf.float32),
-            "action": tf.TensorSpec([b, length, a], tf.float32),
-            "state": tf.TensorSpec([b, self.state_dim], tf.float32),
-            **{
-                k: tf.TensorSpec([b, length], tf.float32)
-                for k in ("reward", "terminated", "truncated", "first", "valid")
-            },
-        }
+        spec = _batch_spec(config.batch_size, self.seq_len, in_dim, a, self.state_dim)
         self._step = tf.function(self._train_step, input_signature=[spec])
         self._run_step = CompiledStep(self._step)
 
