@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from agents import kernels
 from agents.cells import RecurrentCore, State
-from agents.encoder import dense_stack
+from agents.encoder import Encoder, dense_stack
 from agents.networks import NetworkConfig
 
 
@@ -53,13 +53,8 @@ class ActorCriticNetwork(keras.Model):
         super().__init__(name=name)
         self.config = config
         self.input_dim, self.action_dim = int(input_dim), int(action_dim)
-        self.norm_dim = int(norm_dim) if config.normalize_obs else 0
-        if self.norm_dim:  # running statistics pushed by agents.normalizer (as RecurrentNetwork)
-            kw = {"shape": (self.norm_dim,), "trainable": False}
-            self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
-            self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
         self.kernels = kernels.for_network(config)  # decided once; the layers follow it
-        self.pre = dense_stack(config.pre_layers, "pre", config.layer_norm, self.kernels)
+        self.encoder = Encoder(config, self.input_dim, norm_dim, self.kernels)
         self.core = RecurrentCore(
             config.cell, config.units, config.reset_after, self.kernels.recurrence, name="core"
         )
@@ -73,8 +68,8 @@ class ActorCriticNetwork(keras.Model):
         # Built under this model's name so variable paths read "<name>/<layer>/<var>" and the
         # online/target twins pair by path (agents.target).
         with keras.name_scope(self.name):
-            width = _build_stack(self.pre, self.input_dim)
-            self.core.build((None, None, width))
+            self.encoder.build()
+            self.core.build((None, None, self.encoder.output_dim))
             if actor:
                 self.head.build((None, _build_stack(self.post, config.units)))
             for post, head in zip(self.q_posts, self.q_heads, strict=True):
@@ -96,14 +91,7 @@ class ActorCriticNetwork(keras.Model):
 
     def encode(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
         """History features: ``inputs`` ``[B, T, F]``, ``reset`` ``[B, T]`` -> ``[B, T, U]``, final state."""
-        x = inputs
-        if self.norm_dim:
-            clip = self.config.obs_clip
-            obs = (x[..., : self.norm_dim] - self.input_mean) / self.input_std
-            x = tf.concat([tf.clip_by_value(obs, -clip, clip), x[..., self.norm_dim :]], axis=-1)
-        for layer in self.pre:
-            x = layer(x)
-        return self.core.unroll(x, state, reset)
+        return self.core.unroll(self.encoder(inputs), state, reset)
 
     def policy(self, h: tf.Tensor) -> tf.Tensor:
         """Deterministic action in ``[-1, 1]``: ``[B, T, U] -> [B, T, A]``."""
@@ -132,3 +120,42 @@ class ActorCriticNetwork(keras.Model):
         shape = tf.shape(inputs)
         h, _ = self.encode(inputs, self.initial_state(shape[0]), tf.zeros(shape[:2], inputs.dtype))
         return self.policy(h)
+
+
+def actor_and_critic(
+    config: NetworkConfig,
+    input_dim: int,
+    action_dim: int,
+    num_critics: int,
+    shared_core: bool,
+    side: str,
+    norm_dim: int,
+) -> tuple[ActorCriticNetwork, ActorCriticNetwork]:
+    """One side's (``online`` or ``target``) actor and critic: one instance twice if ``shared_core``.
+
+    Names are ``<side>_actor_critic``, or ``<side>_actor`` and ``<side>_critic`` (built in that
+    order, so a seed gives the same weights).
+    """
+    if shared_core:
+        both = ActorCriticNetwork(
+            config, input_dim, action_dim, True, num_critics, f"{side}_actor_critic", norm_dim
+        )
+        return both, both
+    actor = ActorCriticNetwork(config, input_dim, action_dim, True, 0, f"{side}_actor", norm_dim)
+    critic = ActorCriticNetwork(config, input_dim, action_dim, False, num_critics, f"{side}_critic", norm_dim)
+    return actor, critic
+
+
+def trained_by_each_loss(
+    actor: ActorCriticNetwork, critic: ActorCriticNetwork
+) -> tuple[list[tf.Variable], list[tf.Variable]]:
+    """The online variables the actor loss trains, and those the critic loss trains.
+
+    With a shared core (``actor is critic``) the critic loss shapes the shared history and the actor
+    loss trains only the actor's post layers and head, which only read it.
+    """
+    if actor is not critic:
+        return list(actor.trainable_variables), list(critic.trainable_variables)
+    actor_variables = [v for layer in [*actor.post, actor.head] for v in layer.trainable_variables]
+    ids = {id(v) for v in actor_variables}
+    return actor_variables, [v for v in critic.trainable_variables if id(v) not in ids]

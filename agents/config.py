@@ -7,23 +7,23 @@ notebooks build them directly. :func:`validate` turns out-of-range values into a
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from agents.cells import CELLS
-from agents.kernels import BACKENDS
+from agents.agent import CONFIGS_BY_KIND, lookup
 from agents.networks import NetworkConfig
-from agents.rddpg import RDDPGConfig
+from agents.rddpg import RDDPGConfig  # noqa: F401  (importing an agent module registers it)
 from agents.rdqn import RDQNConfig
 from agents.replay import ReplayConfig
 from envs.config import ConfigError, EnvConfig
+from envs.config import check as _check
+from envs.config import finite as _finite
 from envs.make import EnvSpec
 
-# Agent config schema by ``agent.kind`` (Hydra registers each as ``<kind>_schema``).
-AGENT_CONFIGS: dict[str, type] = {"rdqn": RDQNConfig, "rddpg": RDDPGConfig}
+# Agent config schema by ``agent.kind``, read live from the agent registry (agents.agent); Hydra
+# registers each as ``<kind>_schema``.
+AGENT_CONFIGS: Mapping[str, type] = CONFIGS_BY_KIND
 
 
 @dataclass
@@ -53,6 +53,19 @@ class TrainConfig:
     tf_intra_op_threads: int = 1
     tf_inter_op_threads: int = 2
 
+    def validate(self) -> None:
+        """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
+        _check(self.total_env_steps >= 1, "train.total_env_steps", self.total_env_steps, "integers >= 1")
+        _check(self.learning_starts >= 0, "train.learning_starts", self.learning_starts, "integers >= 0")
+        ups = self.updates_per_step
+        _check(_finite(ups) and ups > 0, "train.updates_per_step", ups, "> 0")
+        _check(self.log_every_updates >= 1, "train.log_every_updates", self.log_every_updates, ">= 1")
+        every = self.checkpoint_every_env_steps
+        _check(every >= 1, "train.checkpoint_every_env_steps", every, ">= 1")
+        for key in ("tf_intra_op_threads", "tf_inter_op_threads"):
+            val = getattr(self, key)
+            _check(val >= 0, f"train.{key}", val, "integers >= 0 (0 = TF's choice)")
+
 
 @dataclass
 class EvalConfig:
@@ -64,6 +77,12 @@ class EvalConfig:
     episodes: int = 10
     # Network evaluated: online, or target (the EMA of the online weights, a smoother policy).
     network: str = "online"
+
+    def validate(self) -> None:
+        """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
+        _check(self.every_env_steps >= 1, "eval.every_env_steps", self.every_env_steps, ">= 1")
+        _check(self.episodes >= 1, "eval.episodes", self.episodes, "integers >= 1")
+        _check(self.network in ("online", "target"), "eval.network", self.network, "online|target")
 
 
 @dataclass
@@ -84,64 +103,25 @@ class Config:
     run_dir: str = "runs/default"
 
 
-def _check(ok: bool, key: str, value: object, allowed: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: allowed {allowed}")
-
-
-def _num(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def validate(config: Config) -> None:
-    """Check every range that does not need the env; raises :class:`ConfigError` (one line)."""
-    a, n, r, t, e, v = (
-        config.agent,
-        config.network,
-        config.replay,
-        config.train,
-        config.env,
-        config.eval,
-    )
-    _check(_num(a.tau) and 0 < a.tau <= 1, "agent.tau", a.tau, "(0, 1]")
-    _check(_num(a.gamma) and 0 <= a.gamma <= 1, "agent.gamma", a.gamma, "[0, 1]")
-    _check(a.n_step >= 1, "agent.n_step", a.n_step, "integers >= 1")
-    _check(a.batch_size >= 1, "agent.batch_size", a.batch_size, "integers >= 1")
-    _check(_num(a.lr) and a.lr > 0, "agent.lr", a.lr, "> 0")
-    _check(a.target_update_period >= 1, "agent.target_update_period", a.target_update_period, ">= 1")
-    _check(_num(a.max_grad_norm) and a.max_grad_norm > 0, "agent.max_grad_norm", a.max_grad_norm, "> 0")
-    if a.kind == "rdqn":
-        for key in ("epsilon_start", "epsilon_end"):
-            val = getattr(a, key)
-            _check(_num(val) and 0 <= val <= 1, f"agent.{key}", val, "[0, 1]")
-        _check(a.epsilon_decay_steps >= 1, "agent.epsilon_decay_steps", a.epsilon_decay_steps, ">= 1")
-        _check(a.huber_delta > 0, "agent.huber_delta", a.huber_delta, "> 0")
-    if a.kind == "rddpg":
-        _validate_rddpg(a, n)
-    _check(n.cell in CELLS, "network.cell", n.cell, "one of " + "|".join(CELLS))
-    extras = ("prev_action", "prev_reward")
-    _check(all(i in extras for i in n.inputs), "network.inputs", list(n.inputs), "any of " + "|".join(extras))
-    _check(n.units >= 1, "network.units", n.units, "integers >= 1")
-    _check(n.backend in BACKENDS, "network.backend", n.backend, "|".join(BACKENDS))
-    _check(
-        n.backend != "native" or n.cell == "lstm",
-        "network.backend",
-        n.backend,
-        f"auto|graph|scan for cell={n.cell}",
-    )
-    for key in ("pre_layers", "post_layers"):
-        widths = list(getattr(n, key))
-        _check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")
-    _check(r.burn_in >= 0, "replay.burn_in", r.burn_in, "integers >= 0")
-    _check(r.trace_length >= 1, "replay.trace_length", r.trace_length, "integers >= 1")
-    _check(
-        r.initial_state in ("stored", "zero"),
-        "replay.initial_state",
-        r.initial_state,
-        "stored|zero",
-    )
-    _check(e.num_envs >= 1, "env.num_envs", e.num_envs, "integers >= 1")
-    seq = r.burn_in + r.trace_length + a.n_step
+    """Check every range that does not need the env; raises :class:`ConfigError` (one line).
+
+    Each section's dataclass checks its own fields; the checks across sections are here.
+    """
+    a, n = config.agent, config.network
+    lookup(a.kind)
+    a.validate()
+    n.validate()
+    a.validate_network(n)
+    config.replay.validate()
+    config.env.validate()
+    _validate_capacity(config.replay, config.env, a.n_step)
+    config.train.validate()
+    config.eval.validate()
+
+
+def _validate_capacity(r: ReplayConfig, e: EnvConfig, n_step: int) -> None:
+    seq = r.burn_in + r.trace_length + n_step
     per_env = r.capacity // max(e.num_envs, 1)
     _check(
         per_env >= seq,
@@ -150,79 +130,18 @@ def validate(config: Config) -> None:
         f">= {seq * e.num_envs} (a sequence of burn_in + trace_length + n_step = {seq} rows "
         f"per env x {e.num_envs} envs)",
     )
-    _check(_num(e.flicker) and 0 <= e.flicker < 1, "env.flicker", e.flicker, "[0, 1)")
-    _check(_num(e.obs_noise) and e.obs_noise >= 0, "env.obs_noise", e.obs_noise, ">= 0")
-    _check(t.total_env_steps >= 1, "train.total_env_steps", t.total_env_steps, "integers >= 1")
-    _check(t.learning_starts >= 0, "train.learning_starts", t.learning_starts, "integers >= 0")
-    _check(
-        _num(t.updates_per_step) and t.updates_per_step > 0,
-        "train.updates_per_step",
-        t.updates_per_step,
-        "> 0",
-    )
-    _check(t.log_every_updates >= 1, "train.log_every_updates", t.log_every_updates, ">= 1")
-    _check(
-        t.checkpoint_every_env_steps >= 1,
-        "train.checkpoint_every_env_steps",
-        t.checkpoint_every_env_steps,
-        ">= 1",
-    )
-    for key in ("tf_intra_op_threads", "tf_inter_op_threads"):
-        _check(getattr(t, key) >= 0, f"train.{key}", getattr(t, key), "integers >= 0 (0 = TF's choice)")
-    _check(v.every_env_steps >= 1, "eval.every_env_steps", v.every_env_steps, ">= 1")
-    _check(v.episodes >= 1, "eval.episodes", v.episodes, "integers >= 1")
-    _check(v.network in ("online", "target"), "eval.network", v.network, "online|target")
-
-
-def _validate_rddpg(a, n: NetworkConfig) -> None:
-    for key in ("actor_lr", "critic_lr"):
-        val = getattr(a, key)
-        _check(val is None or (_num(val) and val > 0), f"agent.{key}", val, "> 0 or null (agent.lr)")
-    _check(a.exploration in ("gaussian", "ou"), "agent.exploration", a.exploration, "gaussian|ou")
-    for key in ("exploration_noise", "target_noise", "noise_clip", "preactivation_penalty"):
-        val = getattr(a, key)
-        _check(_num(val) and val >= 0, f"agent.{key}", val, ">= 0")
-    _check(_num(a.ou_theta) and 0 < a.ou_theta <= 1, "agent.ou_theta", a.ou_theta, "(0, 1]")
-    _check(a.policy_delay >= 1, "agent.policy_delay", a.policy_delay, "integers >= 1")
-    _check(
-        len(n.post_layers) >= 1,
-        "network.post_layers",
-        list(n.post_layers),
-        "at least one layer for agent=rddpg/rtd3 (the critic joins the action there)",
-    )
 
 
 def validate_for_env(config: Config, spec: EnvSpec) -> None:
-    """Checks that need the env: action space kind must suit the agent."""
-    if config.agent.kind == "rdqn" and not spec.discrete:
-        raise ConfigError(
-            f"agent=rdqn needs a discrete action space but env.id={config.env.id!r} is continuous; "
-            "use agent=rddpg or agent=rtd3"
-        )
-    if config.agent.kind == "rddpg":
-        if spec.discrete:
-            raise ConfigError(
-                f"agent=rddpg/rtd3 needs a continuous (Box) action space but env.id={config.env.id!r} "
-                "is discrete; use agent=rdqn"
-            )
-        scale = config.env.action_scale
-        _check(scale is None or (_num(scale) and scale > 0), "env.action_scale", scale, "> 0 or null")
-        low, high = spec.action_low, spec.action_high
-        if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
-            raise ConfigError(
-                f"env.id={config.env.id!r} has action bounds low={low.tolist()} high={high.tolist()}; "
-                "set env.action_scale=<half-range> (actions then lie in [-scale, scale])"
-            )
+    """Checks that need the env: the action space must suit the agent (its config says how)."""
+    config.agent.validate_for_env(config.env, spec)
 
 
 def config_from_dict(data: dict) -> Config:
     """Rebuild a typed :class:`Config` from ``dataclasses.asdict`` output (e.g. ``config.json``)."""
     from omegaconf import OmegaConf
 
-    kind = data["agent"]["kind"]
-    if kind not in AGENT_CONFIGS:
-        raise ConfigError(f"agent.kind={kind!r} is invalid: allowed {'|'.join(AGENT_CONFIGS)}")
-    agent_cls = AGENT_CONFIGS[kind]
+    agent_cls = lookup(data["agent"]["kind"]).config
     schema = OmegaConf.structured(Config(agent=agent_cls()))
     merged = OmegaConf.merge(schema, data)
     return OmegaConf.to_object(merged)

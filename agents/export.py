@@ -119,11 +119,11 @@ def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
             f"network.inputs={list(config.inputs)} cannot be exported as format=keras: allowed []"
         )
     net = saved.learner.eval_network(network)
-    encoder = getattr(net, "encoder", net)  # the layers before the core
+    encoder = net.encoder
     obs = keras.Input((None, saved.spec.obs_dim), name="observation")
     state_in = [keras.Input((s,), name=n) for s, n in zip(net.state_sizes, ("h", "c"), strict=False)]
     x = obs
-    if getattr(encoder, "norm_dim", 0):
+    if encoder.norm_dim:
         mean, std = np.asarray(encoder.input_mean), np.asarray(encoder.input_std)
         clip = float(config.obs_clip)
         x = keras.layers.Normalization(mean=mean, variance=np.square(std), name="normalize")(x)

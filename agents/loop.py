@@ -20,15 +20,14 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from agents import kernels
-from agents.actor import Actor, EpsilonGreedy, evaluate
+from agents.actor import Actor, Policy, evaluate
+from agents.agent import Learner, lookup
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
 from agents.guards import NonFiniteError, StopSignals, nonfinite_metrics
 from agents.metrics import LearnerLog, MetricsWriter, read_progress, rewind
 from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
-from agents.rddpg import build_rddpg
-from agents.rdqn import RDQNLearner, epsilon_at
 from agents.replay import SequenceReplay
 from agents.run_state import Counters, restore_run_state, save_run_state
 from agents.rundir import RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
@@ -47,25 +46,9 @@ ACTOR_RESET_SEED_STRIDE = 7919  # first reset of the actor's envs: seed + this *
 __all__ = ["Counters", "NonFiniteError", "build_agent", "configure_tf_threads", "train"]
 
 
-def build_agent(config: Config, spec: EnvSpec, counters: Counters):
-    """The learner and its acting policy for ``config.agent.kind``."""
-    r = config.replay
-    if config.agent.kind == "rdqn":
-        learner = RDQNLearner(
-            config.agent, config.network, spec.obs_dim, spec.num_actions, r.burn_in, r.trace_length
-        )
-        net = NumpyNetwork(learner.online_q)
-        policy = EpsilonGreedy(
-            net,
-            spec.num_actions,
-            lambda: epsilon_at(config.agent, counters.env_steps),
-            seed=config.seed + 17,
-            inputs=config.network.inputs,
-        )
-        return learner, policy
-    if config.agent.kind == "rddpg":
-        return build_rddpg(config, spec, counters)
-    raise ConfigError(f"agent.kind={config.agent.kind!r} is invalid: allowed rdqn|rddpg")
+def build_agent(config: Config, spec: EnvSpec, counters: Counters) -> tuple[Learner, Policy]:
+    """The learner and its acting policy for ``config.agent.kind``, from the agent registry."""
+    return lookup(config.agent.kind).build(config, spec, counters)
 
 
 def configure_tf_threads(t: TrainConfig) -> bool:

@@ -16,6 +16,7 @@ import tensorflow as tf
 from agents import kernels
 from agents.cells import CELLS, RecurrentCore, State, core_weights, numpy_core_step
 from agents.encoder import Encoder, NumpyEncoder, dense_stack, numpy_dense_relu, numpy_dense_relu_step
+from envs.config import check
 
 
 @dataclass
@@ -45,6 +46,20 @@ class NetworkConfig:
     # auto | native (C++ ops, lstm only, CPU) | graph | scan. auto takes native where the ops load
     # and TF sees no GPU, else graph where the cell has one, else scan.
     backend: str = "auto"
+
+    def validate(self) -> None:
+        """Range checks of these fields; one-line :class:`envs.config.ConfigError` naming the key."""
+        check(self.cell in CELLS, "network.cell", self.cell, "one of " + "|".join(CELLS))
+        extras = ("prev_action", "prev_reward")
+        inputs = list(self.inputs)
+        check(all(i in extras for i in inputs), "network.inputs", inputs, "any of " + "|".join(extras))
+        check(self.units >= 1, "network.units", self.units, "integers >= 1")
+        for key in ("pre_layers", "post_layers"):
+            widths = list(getattr(self, key))
+            check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")
+        check(self.backend in kernels.BACKENDS, "network.backend", self.backend, "|".join(kernels.BACKENDS))
+        allowed = f"auto|graph|scan for cell={self.cell}"
+        check(self.backend != "native" or self.cell == "lstm", "network.backend", self.backend, allowed)
 
 
 class RecurrentNetwork(keras.Model):

@@ -49,10 +49,9 @@ class ObsNormalizer:
         """Write the current mean/std into every network that normalises its inputs."""
         mean, std = self.mean.astype(np.float32), self.std.astype(np.float32)
         for net in networks:
-            encoder = getattr(net, "encoder", net)
-            if getattr(encoder, "norm_dim", 0):
-                encoder.input_mean.assign(mean)
-                encoder.input_std.assign(std)
+            if net.encoder.norm_dim:
+                net.encoder.input_mean.assign(mean)
+                net.encoder.input_std.assign(std)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Arrays to checkpoint."""

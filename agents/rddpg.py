@@ -19,11 +19,13 @@ stored state, or zeros with ``replay.initial_state=zero``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
 
-from agents.actor_critic import ActorCriticNetwork
+from agents.actor_critic import ActorCriticNetwork, actor_and_critic, trained_by_each_loss
+from agents.agent import StepCounter, register, validate_common
 from agents.compiled import CompiledStep
 from agents.exploration import (
     ActionScaler,
@@ -37,6 +39,11 @@ from agents.networks import NetworkConfig, NumpyNetwork, split_state
 from agents.optim import FusedAdam
 from agents.returns import masked_mean, n_step_targets
 from agents.target import TargetUpdater
+from envs.config import ConfigError, EnvConfig, check, finite
+
+if TYPE_CHECKING:
+    from agents.config import Config
+    from envs.make import EnvSpec
 
 
 @dataclass
@@ -85,9 +92,53 @@ class RDDPGConfig:
     # early critic's one-signed dQ/da from pinning the head at +-1, where its gradient vanishes.
     preactivation_penalty: float = 1e-3
 
+    def validate(self) -> None:
+        """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
+        validate_common(self)
+        for key in ("actor_lr", "critic_lr"):
+            val = getattr(self, key)
+            check(val is None or (finite(val) and val > 0), f"agent.{key}", val, "> 0 or null (agent.lr)")
+        check(self.exploration in ("gaussian", "ou"), "agent.exploration", self.exploration, "gaussian|ou")
+        for key in ("exploration_noise", "target_noise", "noise_clip", "preactivation_penalty"):
+            val = getattr(self, key)
+            check(finite(val) and val >= 0, f"agent.{key}", val, ">= 0")
+        check(finite(self.ou_theta) and 0 < self.ou_theta <= 1, "agent.ou_theta", self.ou_theta, "(0, 1]")
+        check(self.policy_delay >= 1, "agent.policy_delay", self.policy_delay, "integers >= 1")
 
-def _variables(layers: list) -> list[tf.Variable]:
-    return [v for layer in layers for v in layer.trainable_variables]
+    def validate_network(self, network: NetworkConfig) -> None:
+        """The critic joins the action after the core, in the post layers: it needs at least one."""
+        layers = list(network.post_layers)
+        allowed = "at least one layer for agent=rddpg/rtd3 (the critic joins the action there)"
+        check(len(layers) >= 1, "network.post_layers", layers, allowed)
+
+    def validate_for_env(self, env: EnvConfig, spec: EnvSpec) -> None:
+        """A continuous action box with finite bounds (or ``env.action_scale``)."""
+        if spec.discrete:
+            raise ConfigError(
+                f"agent=rddpg/rtd3 needs a continuous (Box) action space but env.id={env.id!r} "
+                "is discrete; use agent=rdqn"
+            )
+        scale = env.action_scale
+        check(scale is None or (finite(scale) and scale > 0), "env.action_scale", scale, "> 0 or null")
+        low, high = spec.action_low, spec.action_high
+        if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+            raise ConfigError(
+                f"env.id={env.id!r} has action bounds low={low.tolist()} high={high.tolist()}; "
+                "set env.action_scale=<half-range> (actions then lie in [-scale, scale])"
+            )
+
+
+def _batch_spec(b: int, length: int, in_dim: int, a: int, state_dim: int) -> dict[str, tf.TensorSpec]:
+    """The compiled step's input: features ``x`` ``[B, L, F]``, actions ``[B, L, A]`` in [-1, 1]."""
+    return {
+        "x": tf.TensorSpec([b, length, in_dim], tf.float32),
+        "action": tf.TensorSpec([b, length, a], tf.float32),
+        "state": tf.TensorSpec([b, state_dim], tf.float32),
+        **{
+            k: tf.TensorSpec([b, length], tf.float32)
+            for k in ("reward", "terminated", "truncated", "first", "valid")
+        },
+    }
 
 
 class RDDPGLearner:
@@ -117,29 +168,18 @@ class RDDPGLearner:
         a = self.action_dim
         in_dim = feature_width(obs_dim, a, self.inputs)
         critics = 2 if config.twin_critics else 1
-        nets = {}
-        for side in ("online", "target"):
-            if config.shared_core:
-                both = ActorCriticNetwork(network, in_dim, a, True, critics, f"{side}_actor_critic", obs_dim)
-                nets[side] = (both, both)
-            else:
-                actor = ActorCriticNetwork(network, in_dim, a, True, 0, f"{side}_actor", obs_dim)
-                critic = ActorCriticNetwork(network, in_dim, a, False, critics, f"{side}_critic", obs_dim)
-                nets[side] = (actor, critic)
-        (self.online_actor, self.online_critic), (self.target_actor, self.target_critic) = (
-            nets["online"],
-            nets["target"],
+        self.online_actor, self.online_critic = actor_and_critic(
+            network, in_dim, a, critics, config.shared_core, "online", obs_dim
+        )
+        self.target_actor, self.target_critic = actor_and_critic(
+            network, in_dim, a, critics, config.shared_core, "target", obs_dim
         )
         pairs = {(self.online_actor, self.target_actor), (self.online_critic, self.target_critic)}
         self.targets = TargetUpdater(sorted(pairs, key=lambda p: p[0].name))
         self.targets.copy()  # the first TD targets come from the same functions as the online nets
-        if config.shared_core:  # the critic loss shapes the shared history; the actor only reads it
-            self.actor_variables = _variables([*self.online_actor.post, self.online_actor.head])
-            ids = {id(v) for v in self.actor_variables}
-            self.critic_variables = [v for v in self.online_critic.trainable_variables if id(v) not in ids]
-        else:
-            self.actor_variables = list(self.online_actor.trainable_variables)
-            self.critic_variables = list(self.online_critic.trainable_variables)
+        self.actor_variables, self.critic_variables = trained_by_each_loss(
+            self.online_actor, self.online_critic
+        )
         self.actor_optimizer = FusedAdam(learning_rate=config.actor_lr or config.lr)
         self.critic_optimizer = FusedAdam(learning_rate=config.critic_lr or config.lr)
         self.actor_optimizer.build(self.actor_variables)
@@ -148,16 +188,7 @@ class RDDPGLearner:
         self.noise_rng = tf.random.Generator.from_seed(seed)
         self._actor_grad_norm = tf.Variable(0.0, trainable=False)
         self.state_dim = sum(self.online_actor.state_sizes)
-        b, length = config.batch_size, self.seq_len
-        spec = {
-            "x": tf.TensorSpec([b, length, in_dim], tf.float32),
-            "action": tf.TensorSpec([b, length, a], tf.float32),
-            "state": tf.TensorSpec([b, self.state_dim], tf.float32),
-            **{
-                k: tf.TensorSpec([b, length], tf.float32)
-                for k in ("reward", "terminated", "truncated", "first", "valid")
-            },
-        }
+        spec = _batch_spec(config.batch_size, self.seq_len, in_dim, a, self.state_dim)
         self._step = tf.function(self._train_step, input_signature=[spec])
         self._run_step = CompiledStep(self._step)
 
@@ -187,6 +218,13 @@ class RDDPGLearner:
         return list(
             {id(m): m for m in self.trackables().values() if isinstance(m, ActorCriticNetwork)}.values()
         )
+
+    def eval_network(self, which: str) -> ActorCriticNetwork:
+        """The actor a greedy evaluation acts with: ``online`` or ``target`` (the EMA actor)."""
+        nets = {"online": self.online_actor, "target": self.target_actor}
+        if which not in nets:
+            raise ValueError(f"eval network {which!r} is unknown: allowed online|target")
+        return nets[which]
 
     def sync_policy(self, policy: DeterministicPolicy) -> None:
         """Refresh the acting policy's numpy mirror from the online actor."""
@@ -291,8 +329,10 @@ class RDDPGLearner:
         return metrics
 
 
-def build_rddpg(config, spec, counters) -> tuple[RDDPGLearner, DeterministicPolicy]:
-    """The learner and its acting policy for a :class:`agents.config.Config` with ``agent.kind=rddpg``."""
+def build_rddpg(
+    config: Config, spec: EnvSpec, counters: StepCounter
+) -> tuple[RDDPGLearner, DeterministicPolicy]:
+    """The learner and its noisy deterministic policy (uniform actions until ``learning_starts``)."""
     a, r = config.agent, config.replay
     learner = RDDPGLearner(
         a,
@@ -319,3 +359,6 @@ def build_rddpg(config, spec, counters) -> tuple[RDDPGLearner, DeterministicPoli
         rng=rng,
     )
     return learner, policy
+
+
+register("rddpg", RDDPGConfig, build_rddpg)

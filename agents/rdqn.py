@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
 
+from agents.actor import EpsilonGreedy
+from agents.agent import StepCounter, register, validate_common
 from agents.compiled import CompiledStep
 from agents.exploration import feature_width, step_features
-from agents.networks import NetworkConfig, RecurrentNetwork, split_state
+from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork, split_state
 from agents.optim import FusedAdam
 from agents.returns import huber, masked_mean, n_step_targets
 from agents.target import TargetUpdater
+from envs.config import ConfigError, EnvConfig, check, finite
+
+if TYPE_CHECKING:
+    from agents.config import Config
+    from envs.make import EnvSpec
 
 
 @dataclass
@@ -45,6 +53,26 @@ class RDQNConfig:
     epsilon_start: float = 1.0
     epsilon_end: float = 0.01
     epsilon_decay_steps: int = 5000
+
+    def validate(self) -> None:
+        """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
+        validate_common(self)
+        for key in ("epsilon_start", "epsilon_end"):
+            val = getattr(self, key)
+            check(finite(val) and 0 <= val <= 1, f"agent.{key}", val, "[0, 1]")
+        check(self.epsilon_decay_steps >= 1, "agent.epsilon_decay_steps", self.epsilon_decay_steps, ">= 1")
+        check(self.huber_delta > 0, "agent.huber_delta", self.huber_delta, "> 0")
+
+    def validate_network(self, network: NetworkConfig) -> None:
+        """Any network settings suit a Q-network."""
+
+    def validate_for_env(self, env: EnvConfig, spec: EnvSpec) -> None:
+        """One Q-value per action needs a discrete action space."""
+        if not spec.discrete:
+            raise ConfigError(
+                f"agent=rdqn needs a discrete action space but env.id={env.id!r} is continuous; "
+                "use agent=rddpg or agent=rtd3"
+            )
 
 
 def epsilon_at(config: RDQNConfig, env_steps: int) -> float:
@@ -125,8 +153,11 @@ class RDQNLearner:
         return [self.online_q, self.target_q]
 
     def eval_network(self, which: str) -> RecurrentNetwork:
-        """The Q-network a greedy evaluation acts with: ``online`` or ``target``."""
-        return self.target_q if which == "target" else self.online_q
+        """The Q-network a greedy evaluation acts with: ``online`` or ``target`` (the EMA)."""
+        nets = {"online": self.online_q, "target": self.target_q}
+        if which not in nets:
+            raise ValueError(f"eval network {which!r} is unknown: allowed online|target")
+        return nets[which]
 
     def sync_policy(self, policy) -> None:
         """Refresh the acting policy's numpy mirror from the online network."""
@@ -203,3 +234,22 @@ class RDQNLearner:
             "td_error": td_error * mask,
             "mask": mask,
         }
+
+
+def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RDQNLearner, EpsilonGreedy]:
+    """The learner and its epsilon-greedy policy (epsilon read from ``counters.env_steps``)."""
+    r = config.replay
+    learner = RDQNLearner(
+        config.agent, config.network, spec.obs_dim, spec.num_actions, r.burn_in, r.trace_length
+    )
+    policy = EpsilonGreedy(
+        NumpyNetwork(learner.online_q),
+        spec.num_actions,
+        lambda: epsilon_at(config.agent, counters.env_steps),
+        seed=config.seed + 17,
+        inputs=config.network.inputs,
+    )
+    return learner, policy
+
+
+register("rdqn", RDQNConfig, build_rdqn)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from envs.config import check
+
 
 @dataclass
 class ReplayConfig:
@@ -33,6 +35,13 @@ class ReplayConfig:
     trace_length: int = 16
     # Start state of a sampled sequence: the one recorded while acting (stored) or zeros (zero).
     initial_state: str = "stored"
+
+    def validate(self) -> None:
+        """Range checks of these fields (``capacity`` against the sequence length: agents.config)."""
+        check(self.burn_in >= 0, "replay.burn_in", self.burn_in, "integers >= 0")
+        check(self.trace_length >= 1, "replay.trace_length", self.trace_length, "integers >= 1")
+        states = ("stored", "zero")
+        check(self.initial_state in states, "replay.initial_state", self.initial_state, "|".join(states))
 
 
 class SequenceReplay:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,23 @@ class EnvConfig:
     # Continuous control only: half-range of the action box when the env's bounds are infinite.
     action_scale: float | None = None
 
+    def validate(self) -> None:
+        """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
+        check(self.num_envs >= 1, "env.num_envs", self.num_envs, "integers >= 1")
+        check(finite(self.flicker) and 0 <= self.flicker < 1, "env.flicker", self.flicker, "[0, 1)")
+        check(finite(self.obs_noise) and self.obs_noise >= 0, "env.obs_noise", self.obs_noise, ">= 0")
+
 
 class ConfigError(ValueError):
     """A configuration value is out of its allowed range; the message is one line for the user."""
+
+
+def check(ok: bool, key: str, value: object, allowed: str) -> None:
+    """Raise ``key=value is invalid: allowed ...`` (one line) unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed {allowed}")
+
+
+def finite(x: object) -> bool:
+    """A finite int or float (not a bool, not nan or inf)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

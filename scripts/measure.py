@@ -95,8 +95,8 @@ def update_flops(learner, batch_size: int) -> int:
         net = _dense_flops(q.encoder.pre) + _core_flops(q.core) + _dense_flops([*q.post, q.head])
         return batch_size * net * (2 * length + 2 * tl)
     actor, critic = learner.online_actor, learner.online_critic
-    enc_a = _dense_flops(actor.pre) + _core_flops(actor.core)
-    enc_c = 0 if critic is actor else _dense_flops(critic.pre) + _core_flops(critic.core)
+    enc_a = _dense_flops(actor.encoder.pre) + _core_flops(actor.core)
+    enc_c = 0 if critic is actor else _dense_flops(critic.encoder.pre) + _core_flops(critic.core)
     pol = _dense_flops([*actor.post, actor.head])
     heads = [_dense_flops([*post, head]) for post, head in zip(critic.q_posts, critic.q_heads, strict=True)]
     qh, k_qh = heads[0], sum(heads)

@@ -75,7 +75,7 @@ BAD = [
     (["agent.tau=1.5"], "agent.tau=1.5", "(0, 1]"),
     (["agent.gamma=1.01"], "agent.gamma=1.01", "[0, 1]"),
     (["agent.gamma=-0.1"], "agent.gamma=-0.1", "[0, 1]"),
-    (["replay.trace_length=0"], "replay.burn_in", "burn_in + trace_length"),
+    (["replay.trace_length=0"], "replay.trace_length=0", "integers >= 1"),
     (["replay.capacity=100"], "replay.capacity=100", "sequence"),
     (["agent.n_step=0"], "agent.n_step=0", ">= 1"),
     (["agent.batch_size=0"], "agent.batch_size=0", ">= 1"),
@@ -139,3 +139,84 @@ def test_validate_accepts_defaults() -> None:
         bad = Config()
         bad.eval.episodes = 0
         validate(bad)
+
+
+# (dotted key, bad value, a fragment of the allowed values, agent kind of the config)
+INVALID = [
+    ("agent.kind", "ppo", "rdqn", "rdqn"),
+    ("agent.tau", 0.0, "(0, 1]", "rdqn"),
+    ("agent.tau", float("nan"), "(0, 1]", "rddpg"),
+    ("agent.gamma", 1.01, "[0, 1]", "rdqn"),
+    ("agent.n_step", 0, "integers >= 1", "rddpg"),
+    ("agent.batch_size", 0, "integers >= 1", "rdqn"),
+    ("agent.lr", float("inf"), "> 0", "rdqn"),
+    ("agent.target_update_period", 0, ">= 1", "rddpg"),
+    ("agent.max_grad_norm", 0.0, "> 0", "rdqn"),
+    ("agent.epsilon_start", 1.5, "[0, 1]", "rdqn"),
+    ("agent.epsilon_end", -0.1, "[0, 1]", "rdqn"),
+    ("agent.epsilon_decay_steps", 0, ">= 1", "rdqn"),
+    ("agent.huber_delta", 0.0, "> 0", "rdqn"),
+    ("agent.actor_lr", 0.0, "> 0 or null", "rddpg"),
+    ("agent.critic_lr", -1.0, "> 0 or null", "rddpg"),
+    ("agent.exploration", "uniform", "gaussian|ou", "rddpg"),
+    ("agent.preactivation_penalty", -1.0, ">= 0", "rddpg"),
+    ("agent.ou_theta", 1.5, "(0, 1]", "rddpg"),
+    ("agent.policy_delay", 0, "integers >= 1", "rddpg"),
+    ("network.cell", "transformer", "lstm|gru|lstm_peephole|mlp", "rdqn"),
+    ("network.units", 0, "integers >= 1", "rdqn"),
+    ("network.inputs", ["velocity"], "prev_action|prev_reward", "rdqn"),
+    ("network.pre_layers", [0], "widths >= 1", "rdqn"),
+    ("network.post_layers", [16, 0], "widths >= 1", "rddpg"),
+    ("network.post_layers", [], "at least one layer for agent=rddpg/rtd3", "rddpg"),
+    ("network.kernel", "cudnn", "auto|native|graph|scan", "rdqn"),
+    ("replay.burn_in", -1, "integers >= 0", "rdqn"),
+    ("replay.trace_length", 0, "integers >= 1", "rdqn"),
+    ("replay.initial_state", "random", "stored|zero", "rddpg"),
+    ("replay.capacity", 10, "burn_in + trace_length + n_step", "rdqn"),
+    ("env.num_envs", 0, "integers >= 1", "rdqn"),
+    ("env.flicker", 1.0, "[0, 1)", "rdqn"),
+    ("env.obs_noise", -0.1, ">= 0", "rddpg"),
+    ("train.total_env_steps", 0, "integers >= 1", "rdqn"),
+    ("train.learning_starts", -1, "integers >= 0", "rdqn"),
+    ("train.updates_per_step", 0.0, "> 0", "rddpg"),
+    ("train.log_every_updates", 0, ">= 1", "rdqn"),
+    ("train.checkpoint_every_env_steps", 0, ">= 1", "rdqn"),
+    ("train.tf_inter_op_threads", -1, "integers >= 0", "rdqn"),
+    ("eval.every_env_steps", 0, ">= 1", "rdqn"),
+    ("eval.episodes", 0, "integers >= 1", "rddpg"),
+    ("eval.network", "average", "online|target", "rddpg"),
+]
+
+
+def _valid_config(kind: str) -> Config:
+    from agents.networks import NetworkConfig
+    from agents.rddpg import RDDPGConfig
+
+    if kind == "rddpg":
+        return Config(agent=RDDPGConfig(), network=NetworkConfig(post_layers=[16]))
+    return Config()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed", "kind"), INVALID, ids=[f"{c[0]}={c[1]}" for c in INVALID]
+)
+def test_each_bad_value_names_its_own_key(key: str, value, allowed: str, kind: str) -> None:
+    config = _valid_config(kind)
+    validate(config)  # the base config is sound: the error below comes from this one value
+    section, name = key.split(".")
+    setattr(getattr(config, section), name, value)
+    with pytest.raises(ConfigError) as err:
+        validate(config)
+    message = str(err.value)
+    assert message.startswith(f"{key}={value!r} is invalid: allowed "), message
+    assert allowed in message.split(" is invalid: allowed ", 1)[1], message
+    assert "\n" not in message
+
+
+def test_native_kernel_needs_an_lstm_cell() -> None:
+    config = Config()
+    config.network.cell, config.network.kernel = "gru", "native"
+    with pytest.raises(
+        ConfigError, match=r"^network\.kernel='native' is invalid: allowed auto\|graph\|scan for cell=gru$"
+    ):
+        validate(config)

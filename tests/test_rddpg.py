@@ -14,7 +14,7 @@ import tensorflow as tf
 from agents.config import Config, EvalConfig, TrainConfig, validate, validate_for_env
 from agents.exploration import ActionScaler
 from agents.loop import Counters, train
-from agents.networks import NetworkConfig
+from agents.networks import NetworkConfig, NumpyNetwork
 from agents.rddpg import RDDPGConfig, RDDPGLearner, build_rddpg
 from agents.replay import ReplayConfig
 from envs import describe_env
@@ -67,7 +67,7 @@ def test_actor_actions_inside_bounds():
     spec = EnvSpec(3, False, 2, LOW, HIGH)
     counters = Counters(env_steps=10_000)
     learner, policy = build_rddpg(config, spec, counters)
-    for layer in learner.online_actor.pre:  # large weights: saturate the tanh head
+    for layer in learner.online_actor.encoder.pre:  # large weights: saturate the tanh head
         layer.kernel.assign(layer.kernel * 100.0)
     policy.net.sync()
     state = policy.net.initial_state(3)
@@ -220,6 +220,38 @@ def test_smoke_run_writes_metrics_checkpoint_and_resumes(tmp_path):
     assert summary["env_steps"] == 400 and summary["updates"] > 0
 
 
+def test_evaluation_with_the_target_actor(tmp_path, monkeypatch):
+    asked = []
+    eval_network = RDDPGLearner.eval_network
+    monkeypatch.setattr(
+        RDDPGLearner, "eval_network", lambda self, which: asked.append(which) or eval_network(self, which)
+    )
+    config = tiny_config(tmp_path, total_env_steps=300)
+    config.eval.network = "target"
+    validate(config)
+    summary = train(config)
+    assert [e["env_steps"] for e in summary["evaluations"]] == [150, 300]
+    assert all(np.isfinite(e["eval_return_mean"]) for e in summary["evaluations"])
+    assert asked == ["target", "target"]
+
+
+def test_target_eval_network_is_the_ema_actor_in_the_numpy_mirror():
+    learner = make_learner(tau=0.5)
+    learner.step(random_batch(learner))
+    x = learner.features(random_batch(learner, seed=1))[:, 0]  # [B, F], one step from zero state
+    b = x.shape[0]
+    for which, actor in (("online", learner.online_actor), ("target", learner.target_actor)):
+        assert learner.eval_network(which) is actor
+        mirror = NumpyNetwork(learner.eval_network(which))
+        u, _ = mirror.step(x, mirror.initial_state(b))
+        h, _ = actor.encode(tf.constant(x[:, None]), actor.initial_state(b), tf.zeros([b, 1]))
+        np.testing.assert_allclose(u, actor.policy(h).numpy()[:, 0], rtol=1e-4, atol=1e-5)
+    online, target = (NumpyNetwork(learner.eval_network(w)) for w in ("online", "target"))
+    assert not np.allclose(
+        online.step(x, online.initial_state(b))[0], target.step(x, target.initial_state(b))[0]
+    )
+
+
 def memory_config(tmp_path, cell: str) -> Config:
     return Config(
         agent=RDDPGConfig(batch_size=32, n_step=1, gamma=0.5, tau=0.05, lr=3e-3, exploration_noise=0.3),
@@ -320,7 +352,7 @@ def test_rddpg_presets_compose_and_reject_typos():
 def test_numpy_policy_matches_the_tf_actor_step_by_step():
     learner = make_learner()
     for net in learner.networks():  # non-trivial observation statistics
-        net.input_mean.assign([0.5, -0.2, 0.1])
+        net.encoder.input_mean.assign([0.5, -0.2, 0.1])
         net.input_std.assign([2.0, 0.5, 1.5])
     batch = random_batch(learner)
     x = learner.features(batch)  # [B, L, F]
