@@ -3,7 +3,7 @@
 A scripted env and policy make every row predictable: env ``i`` runs episodes of ``LENGTHS[i]``
 steps (env 0 ends by termination, env 1 by truncation); the policy's state counts the steps since
 it was last zeroed, so it equals the observation's step counter whenever the actor zeroes it at
-each episode start.
+each episode start. The last two tests do the same with the cue memory env and a real network.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from agents.actor import Actor, EpsilonGreedy, evaluate
+from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork
 from agents.replay import SequenceReplay
+from envs import EnvConfig, make_vec_env
 
 LENGTHS = (3, 2)
 NUM_ACTIONS = 3
@@ -211,3 +213,52 @@ def test_evaluate_returns_each_envs_first_episode(max_steps: int) -> None:
     want = np.array([sum(1 + t % NUM_ACTIONS for t in range(n)) for n in lengths], float)
     want[np.array(lengths) > max_steps] = np.nan
     np.testing.assert_array_equal(returns, want)
+
+
+def test_actor_rows_mark_episode_ends() -> None:
+    """With NEXT_STEP autoreset the final observation gets its own row: valid=0, then first=1."""
+    env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
+    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[]), 2, 2, name="online_q")
+    policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0)
+    replay = SequenceReplay(
+        64, 2, 4, {"obs": ((2,), np.float32), "action": ((), np.int32)}, state_dim=8, seed=0
+    )
+    actor = Actor(env, policy, replay, seed=0)
+    returns = []
+    for _ in range(12):
+        returns += actor.step().returns
+    d = {k: v[:12, 0] for k, v in replay.data.items()}
+    # Episode: 3 steps (obs t=0,1,2; terminated after the query at t=2) + 1 final-observation row.
+    np.testing.assert_array_equal(d["first"], [1, 0, 0, 0] * 3)
+    np.testing.assert_array_equal(d["valid"], [1, 1, 1, 0] * 3)
+    np.testing.assert_array_equal(d["terminated"], [0, 0, 1, 0] * 3)
+    assert (d["reward"][[0, 1, 3]] == 0).all() and (np.abs(d["reward"][2::4]) == 1).all()
+    assert (np.abs(d["obs"][0::4, 0]) == 1).all()  # cue visible at every episode start
+    assert (d["state"][0::4] == 0).all()  # state zeroed at episode start
+    assert (d["state"][1::4] != 0).any()  # and carried within the episode
+    assert len(returns) == 6  # 3 episodes x 2 envs
+
+
+def test_actor_previous_action_is_one_hot_and_zero_at_episode_start() -> None:
+    """network.inputs for discrete actions: the stored previous action is one-hot, none at a start."""
+    env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
+    inputs = ["prev_action", "prev_reward"]
+    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[], inputs=inputs), 2 + 2 + 1, 2, name="q")
+    policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0, inputs=inputs)
+    fields = {
+        "obs": ((2,), np.float32),
+        "action": ((), np.int32),
+        "prev_action": ((2,), np.float32),
+        "prev_reward": ((), np.float32),
+    }
+    replay = SequenceReplay(64, 2, 4, fields, state_dim=8, seed=0)
+    actor = Actor(env, policy, replay, seed=0)
+    for _ in range(12):
+        actor.step()
+    d = {k: v[:12, 0] for k, v in replay.data.items()}
+    starts = d["first"] == 1
+    assert starts.sum() == 3
+    assert (d["prev_action"][starts] == 0).all() and (d["prev_reward"][starts] == 0).all()
+    rest = np.flatnonzero(~starts)
+    np.testing.assert_array_equal(d["prev_action"][rest], np.eye(2)[d["action"][rest - 1]])
+    np.testing.assert_array_equal(d["prev_reward"][rest], d["reward"][rest - 1])
