@@ -8,6 +8,7 @@ any ``tf.function`` dispatch.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -186,7 +187,12 @@ class Actor:
 
 
 def evaluate(env: gym.vector.VectorEnv, policy: Policy, seed: int, max_steps: int = 100_000) -> np.ndarray:
-    """One greedy episode per env of ``env`` (env ``i`` reset with ``seed + i``): ``[num_envs]`` returns."""
+    """One greedy episode per env of ``env`` (env ``i`` reset with ``seed + i``): ``[num_envs]`` returns.
+
+    At most ``max_steps`` vector steps are taken. An episode still running then is cut there, as a
+    time limit of ``max_steps`` would cut it: its entry is the return it earned in those steps (never
+    NaN), and one warning naming ``env.max_episode_steps`` says how many episodes were cut.
+    """
     actor = Actor(env, policy, replay=None, seed=seed)
     returns = np.full(env.num_envs, np.nan)
     for _ in range(max_steps):
@@ -195,5 +201,14 @@ def evaluate(env: gym.vector.VectorEnv, policy: Policy, seed: int, max_steps: in
             if np.isnan(returns[i]):
                 returns[i] = ret
         if not np.isnan(returns).any():
-            break
+            return returns
+    cut = np.isnan(returns)
+    returns[cut] = actor.ep_return[cut]  # each cut env is still in its first episode
+    logging.getLogger(__name__).warning(
+        "evaluation: %d of %d episodes did not end within %d steps; their returns cover those steps "
+        "only; set env.max_episode_steps=<steps> to bound episodes",
+        int(cut.sum()),
+        env.num_envs,
+        max_steps,
+    )
     return returns

@@ -23,12 +23,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from agents import kernels
 from agents.cells import RecurrentCore, State
-from agents.networks import DenseReLU, NetworkConfig
-
-
-def _dense_stack(widths: list[int], prefix: str, config: NetworkConfig) -> list[DenseReLU]:
-    return [DenseReLU(n, config.layer_norm, f"{prefix}_{i}", config.kernel) for i, n in enumerate(widths)]
+from agents.networks import NetworkConfig, dense_stack
 
 
 def _build_stack(layers: list[keras.layers.Dense], width: int) -> int:
@@ -60,12 +57,16 @@ class ActorCriticNetwork(keras.Model):
             kw = {"shape": (self.norm_dim,), "trainable": False}
             self.input_mean = self.add_weight(initializer="zeros", name="input_mean", **kw)
             self.input_std = self.add_weight(initializer="ones", name="input_std", **kw)
-        self.pre = _dense_stack(config.pre_layers, "pre", config)
-        self.core = RecurrentCore(config.cell, config.units, config.reset_after, config.kernel, name="core")
-        self.post = _dense_stack(config.post_layers, "post", config) if actor else []
+        self.kernels = kernels.for_network(config)  # decided once; the layers follow it
+        self.pre = dense_stack(config.pre_layers, "pre", config.layer_norm, self.kernels)
+        self.core = RecurrentCore(
+            config.cell, config.units, config.reset_after, self.kernels.recurrence, name="core"
+        )
+        self.post = dense_stack(config.post_layers, "post", config.layer_norm, self.kernels) if actor else []
         self.head = keras.layers.Dense(action_dim, activation="tanh", name="head") if actor else None
         self.q_posts = [
-            _dense_stack(config.post_layers, f"q{i + 1}_post", config) for i in range(num_critics)
+            dense_stack(config.post_layers, f"q{i + 1}_post", config.layer_norm, self.kernels)
+            for i in range(num_critics)
         ]
         self.q_heads = [keras.layers.Dense(1, name=f"q{i + 1}_head") for i in range(num_critics)]
         # Built under this model's name so variable paths read "<name>/<layer>/<var>" and the

@@ -10,23 +10,22 @@ Two implementations share those weights:
 
 * :meth:`RecurrentCore.unroll` (TF, for the learner): the input projection of all time steps is one
   large matmul, then the recurrence runs with the state zeroed wherever ``reset`` marks an episode
-  start, so a sampled sequence never carries memory across episodes. The recurrence has four
-  implementations (``network.kernel``), equal to float32 round-off in values and gradients
-  (tests/test_fastrnn.py, tests/test_native.py; docs/performance.md has the measured speeds):
+  start, so a sampled sequence never carries memory across episodes. The recurrence has three
+  implementations, equal to float32 round-off in values and gradients (tests/test_fastrnn.py,
+  tests/test_native.py); :mod:`agents.kernels` chooses one per network from ``network.backend``:
 
-  - ``native``: ``lstm`` only; one C++ op per direction (:mod:`agents.native`, built on first use);
-  - ``graph``: ``lstm`` and ``gru`` (``reset_after``) with a static length: the recurrence unrolled
-    in the TF graph with a hand-written gradient (:mod:`agents.fastrnn`);
-  - ``scan``: every cell: the reference ``tf.scan`` over :meth:`_recur` with autodiff;
-  - ``auto`` (default): the first of those that applies here.
+  - ``native``: ``lstm`` only; one C++ op per direction (:mod:`agents.native`);
+  - ``graph``: ``lstm`` and ``gru`` (``reset_after``): the recurrence unrolled in the TF graph with a
+    hand-written gradient (:mod:`agents.fastrnn`). It needs a static length of at most
+    :data:`MAX_STATIC_STEPS`; an unroll of unknown or greater length runs ``scan``;
+  - ``scan``: every cell: the reference ``tf.scan`` over :meth:`_recur` with autodiff.
 * :func:`numpy_core_step` (numpy, for the actor): one step for a batch of envs with no framework
-  dispatch, about 30 us for 8 envs and 128 units.
+  dispatch (an acting step costs microseconds, so TF's per-call overhead would dominate).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Mapping
 
 import keras
@@ -34,11 +33,9 @@ import numpy as np
 import tensorflow as tf
 
 from agents import fastrnn
-from agents import native as native_ops
+from agents.kernels import graph_supports
 
-log = logging.getLogger(__name__)
 CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
-KERNELS = ("auto", "native", "graph", "scan")
 # Longer sequences leave the graph kernel: it puts every step in the graph (trace time grows).
 MAX_STATIC_STEPS = 256
 State = tuple[tf.Tensor, ...]
@@ -53,16 +50,16 @@ class RecurrentCore(keras.layers.Layer):
     """A recurrent (or memoryless) core mapping ``[B, T, F]`` inputs to ``[B, T, U]`` outputs."""
 
     def __init__(
-        self, cell: str, units: int, reset_after: bool = True, kernel: str = "auto", **kwargs
+        self, cell: str, units: int, reset_after: bool = True, recurrence: str = "scan", **kwargs
     ) -> None:
+        """``recurrence``: native | graph | scan, as decided by :mod:`agents.kernels` (ignored for mlp)."""
         super().__init__(**kwargs)
         if cell not in CELLS:
             raise ValueError(f"unknown cell {cell!r}; allowed: {', '.join(CELLS)}")
-        if kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
-        if kernel == "native" and cell != "lstm":
-            raise ValueError(f"kernel 'native' supports cell 'lstm', not {cell!r}")
-        self.kernel = kernel
+        allowed = ["scan"] + ["graph"] * graph_supports(cell, reset_after) + ["native"] * (cell == "lstm")
+        if cell != "mlp" and recurrence not in allowed:
+            raise ValueError(f"recurrence {recurrence!r} for cell {cell!r}; allowed: {'|'.join(allowed)}")
+        self.recurrence = "none" if cell == "mlp" else recurrence
         self.cell_kind = cell
         self.units = int(units)
         self.reset_after = bool(reset_after)
@@ -139,28 +136,21 @@ class RecurrentCore(keras.layers.Layer):
         Returns:
             outputs ``[B, T, U]`` and the state after the last step.
         """
-        kernel = self.kernel_for(inputs)
-        if kernel in ("native", "graph"):
-            return self._unroll_fused(inputs, state, reset, native=kernel == "native")
+        path = self.recurrence_for(inputs)
+        if path in ("native", "graph"):
+            return self._unroll_fused(inputs, state, reset, native=path == "native")
         proj = self._project_inputs(inputs)
-        if self.cell_kind == "mlp":
+        if path == "none":
             return proj, ()
         return self._unroll_scan(proj, tf.transpose(1.0 - reset)[:, :, None], state)
 
-    def kernel_for(self, inputs: tf.Tensor) -> str:
-        """The recurrence implementation an unroll of ``inputs`` ``[B, T, F]`` uses: native|graph|scan."""
-        if self.kernel == "native" or (
-            self.kernel == "auto" and self.cell_kind == "lstm" and native_available()
-        ):
-            return "native"
-        if self.kernel in ("auto", "graph") and self._graph_ok(inputs):
-            return "graph"
-        return "scan"
-
-    def _graph_ok(self, inputs: tf.Tensor) -> bool:
+    def recurrence_for(self, inputs: tf.Tensor | tf.TensorSpec) -> str:
+        """What an unroll of ``inputs`` ``[B, T, F]`` runs: the chosen :attr:`recurrence`, except that
+        the graph kernel needs a static ``T`` of at most :data:`MAX_STATIC_STEPS` (else ``scan``)."""
         steps = inputs.shape[1]
-        kind_ok = self.cell_kind == "lstm" or (self.cell_kind == "gru" and self.reset_after)
-        return kind_ok and steps is not None and 0 < steps <= MAX_STATIC_STEPS
+        if self.recurrence == "graph" and not (steps is not None and 0 < steps <= MAX_STATIC_STEPS):
+            return "scan"
+        return self.recurrence
 
     def _unroll_fused(
         self, inputs: tf.Tensor, state: State, reset: tf.Tensor, native: bool = False
@@ -192,18 +182,6 @@ class RecurrentCore(keras.layers.Layer):
         states = tf.scan(body, (tf.transpose(proj, [1, 0, 2]), keep), initializer=tuple(state))
         outputs = tf.transpose(states[0], [1, 0, 2])
         return outputs, tuple(s[-1] for s in states)
-
-
-@functools.cache
-def native_available() -> bool:
-    """Whether the native ops load here (built on the first call); logs the reason once if not."""
-    ok, reason = native_ops.available()
-    if not ok:
-        log.warning(
-            "network.kernel=auto: native ops unavailable (%s); using the graph kernel and TF LayerNorm",
-            reason,
-        )
-    return ok
 
 
 def core_weights(core: RecurrentCore) -> dict[str, np.ndarray]:

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.cells import CELLS, KERNELS
+from agents.cells import CELLS
+from agents.kernels import BACKENDS
 from agents.networks import NetworkConfig
 from agents.rddpg import RDDPGConfig
 from agents.rdqn import RDQNConfig
@@ -121,23 +122,18 @@ def validate(config: Config) -> None:
     extras = ("prev_action", "prev_reward")
     _check(all(i in extras for i in n.inputs), "network.inputs", list(n.inputs), "any of " + "|".join(extras))
     _check(n.units >= 1, "network.units", n.units, "integers >= 1")
-    _check(n.kernel in KERNELS, "network.kernel", n.kernel, "|".join(KERNELS))
+    _check(n.backend in BACKENDS, "network.backend", n.backend, "|".join(BACKENDS))
     _check(
-        n.kernel != "native" or n.cell == "lstm",
-        "network.kernel",
-        n.kernel,
+        n.backend != "native" or n.cell == "lstm",
+        "network.backend",
+        n.backend,
         f"auto|graph|scan for cell={n.cell}",
     )
     for key in ("pre_layers", "post_layers"):
         widths = list(getattr(n, key))
         _check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")
     _check(r.burn_in >= 0, "replay.burn_in", r.burn_in, "integers >= 0")
-    _check(
-        r.trace_length >= 1,
-        "replay.burn_in",
-        r.burn_in,
-        f"< burn_in + trace_length (trace_length={r.trace_length} must be >= 1)",
-    )
+    _check(r.trace_length >= 1, "replay.trace_length", r.trace_length, "integers >= 1")
     _check(
         r.initial_state in ("stored", "zero"),
         "replay.initial_state",
@@ -245,7 +241,7 @@ FROZEN_ON_RESUME = (
     "agent.shared_core",
     "seed",
 )
-MUTABLE_UNDER_FROZEN = ("network.kernel", "network.backend")
+MUTABLE_UNDER_FROZEN = ("network.backend",)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -297,6 +293,7 @@ def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
         else:
             keys.append(item)
     node = OmegaConf.structured(saved)
+    OmegaConf.set_struct(node.env.kwargs, False)  # free-form: a new key must reach the frozen check
     try:
         node.merge_with_dotlist(keys)
     except OmegaConfBaseException as exc:

@@ -24,7 +24,7 @@ are built in the gradient function, held by a control dependency until the incom
 exists. So the forward unrolls, all on the critical path (target, burn-in, trace), carry no
 gradient work, and the factors run beside the backward loop. ``U^T`` for the backward loop is
 materialised as a 3-D transpose (:func:`_transpose`): Grappler folds a plain 2-D transpose into the
-matmul's ``transpose_b``, which oneDNN runs about 1.5x slower at these shapes.
+matmul's ``transpose_b``, which oneDNN runs slower than a plain matmul at these shapes.
 
 Both kernels equal the reference recurrence (:meth:`agents.cells.RecurrentCore._unroll_scan`,
 ``tf.scan`` plus autodiff) to float32 round-off in outputs and gradients (tests/test_fastrnn.py).
@@ -218,8 +218,8 @@ def _transpose(kernel: tf.Tensor) -> tf.Tensor:
     """``[U, G] -> [G, U]``, materialised: the backward loop's ``dz U^T`` stays a plain matmul.
 
     A 2-D ``tf.transpose`` feeding a matmul is folded by Grappler into ``transpose_b=True``, which
-    oneDNN runs about 1.5x slower at these shapes (``[B, G] x [G, U]``: 75 against 52 us per step
-    here); the same permutation written as a 3-D transpose of ``[U, G / U, U]`` is left alone.
+    oneDNN runs slower than a plain matmul at these shapes (``[B, G] x [G, U]``); the same
+    permutation written as a 3-D transpose of ``[U, G / U, U]`` is left alone.
     """
     units, gates = kernel.shape
     blocks = tf.reshape(kernel, [units, gates // units, units])

@@ -1,4 +1,5 @@
-"""Run guards: a clean stop on SIGTERM/SIGINT, and the error raised for non-finite numbers."""
+"""Run guards: a clean stop on SIGTERM/SIGINT, and non-finite learner metrics (the env side is
+:func:`envs.describe_non_finite`)."""
 
 from __future__ import annotations
 
@@ -44,20 +45,6 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
-
-
-def nonfinite_env(obs: np.ndarray, reward: np.ndarray) -> str | None:
-    """One line naming the first NaN/Inf in a vector step (``obs [E, ...]``, ``reward [E]``), or None."""
-    for what, values in (("observation", obs), ("reward", reward)):
-        values = np.asarray(values)
-        if not np.issubdtype(values.dtype, np.floating):
-            continue
-        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
-        if bad.any():
-            env = int(np.flatnonzero(bad)[0])
-            row = np.ravel(values[env])
-            return f"non-finite {what} ({row[~np.isfinite(row)][0]}) from env {env}"
-    return None
 
 
 def nonfinite_metrics(metrics: dict[str, np.ndarray]) -> str | None:

@@ -19,11 +19,11 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-from agents import native
+from agents import kernels
 from agents.actor import Actor, EpsilonGreedy, evaluate
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
-from agents.guards import NonFiniteError, StopSignals, nonfinite_env, nonfinite_metrics
+from agents.guards import NonFiniteError, StopSignals, nonfinite_metrics
 from agents.metrics import LearnerLog, MetricsWriter, read_progress, rewind
 from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
@@ -32,7 +32,7 @@ from agents.rdqn import RDQNLearner, epsilon_at
 from agents.replay import SequenceReplay
 from agents.run_state import Counters, restore_run_state, save_run_state
 from agents.rundir import RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
-from envs import describe_env, make_vec_env
+from envs import describe_env, describe_non_finite, make_vec_env
 from envs.config import ConfigError
 from envs.make import EnvSpec
 
@@ -117,12 +117,10 @@ def train(config: Config) -> dict:
     spec = describe_env(config.env)
     validate_for_env(config, spec)
     configure_tf_threads(config.train)
-    if config.network.kernel == "native":  # asked for explicitly: fail before anything is written
-        ok, reason = native.available()
-        if not ok:
-            raise ConfigError(
-                f"network.kernel=native is unavailable here ({reason}): allowed auto|graph|scan"
-            )
+    # Build the native ops (if they can be used) before the loop, never inside the first update.
+    ok, reason = kernels.build_native_ahead(config.network)
+    if config.network.backend == "native" and not ok:
+        raise ConfigError(f"network.backend=native is unavailable here ({reason}): allowed auto|graph|scan")
     lock = _claim_run_dir(config)
     try:
         return _run(config, spec, lock.run_dir)
@@ -161,10 +159,13 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
     eval_env = make_vec_env(config.env, seed=EVAL_SEED_OFFSET, num_envs=config.eval.episodes)
     actor = Actor(env, policy, replay, seed=config.seed + ACTOR_RESET_SEED_STRIDE * counters.env_steps)
     writer = MetricsWriter(run_dir)
+    choice = kernels.for_network(config.network)
+    log.info("kernels: recurrence %s, dense layers %s (%s)", choice.recurrence, choice.dense, choice.reason)
+    writer.text(counters.env_steps, "run/kernels", json.dumps(choice.as_dict()))
     if not config.resume:
         hparams = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("run_dir", "resume")}
         writer.hparams(hparams, trial=run_dir.name)
-    parts = _Run(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer)
+    parts = _Run(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer, choice)
     try:
         with StopSignals() as stop:
             return _loop(parts, evals, stop)
@@ -203,6 +204,7 @@ class _Run:
     writer: MetricsWriter
     ckpt: Checkpointer
     normalizer: ObsNormalizer
+    kernels: kernels.KernelChoice
 
 
 def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
@@ -226,7 +228,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
     while counters.env_steps < t.total_env_steps:
         stats = actor.step(explore=True)
         counters.env_steps += n
-        bad = nonfinite_env(actor.obs, actor.prev_reward)
+        bad = describe_non_finite(actor.obs, actor.prev_reward)
         if bad:
             _stop_nonfinite(run, evals, started, bad)
         run.normalizer.update(actor.obs)
@@ -283,7 +285,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
     bar.close()
     counters.wall_time_s = time.perf_counter() - started
     status = "finished" if counters.env_steps >= t.total_env_steps else f"stopped by {stop.requested}"
-    summary = _summary(config, counters, evals, status)
+    summary = _summary(config, counters, evals, status, run.kernels)
     writer.final_metrics(counters.env_steps, summary)
     writer.summary(summary)
     if stop.requested:
@@ -305,7 +307,7 @@ def _stop_nonfinite(run: _Run, evals: list[dict], started: float, what: str) -> 
     last = run.ckpt.latest()
     kept = "no checkpoint was written" if last is None else f"its last checkpoint (env step {last}) is kept"
     message = f"{what} at env step {counters.env_steps}; the run stopped without saving, {kept}"
-    run.writer.summary(_summary(run.config, counters, evals, f"stopped: {message}"))
+    run.writer.summary(_summary(run.config, counters, evals, f"stopped: {message}", run.kernels))
     raise NonFiniteError(message)
 
 
@@ -333,7 +335,13 @@ def _evaluate(run: _Run, recent: deque, started: float) -> dict:
     return row
 
 
-def _summary(config: Config, counters: Counters, evals: list[dict], status: str) -> dict:
+def _summary(
+    config: Config,
+    counters: Counters,
+    evals: list[dict],
+    status: str,
+    choice: kernels.KernelChoice | None = None,
+) -> dict:
     means = [e["eval_return_mean"] for e in evals]
     wall = max(counters.wall_time_s, 1e-9)
     return {
@@ -343,6 +351,7 @@ def _summary(config: Config, counters: Counters, evals: list[dict], status: str)
         "cell": config.network.cell,
         "seed": config.seed,
         "status": status,
+        "kernels": choice.as_dict() if choice else None,
         "env_steps": counters.env_steps,
         "updates": counters.updates,
         "episodes": counters.episodes,

@@ -70,6 +70,11 @@ class MetricsWriter:
             for tag, value in values.items():
                 tf.summary.scalar(tag, float(value))
 
+    def text(self, step: int, tag: str, value: str) -> None:
+        """A text entry (TensorBoard's Text tab) at ``step``."""
+        with self.writer.as_default(step=int(step)):
+            tf.summary.text(tag, value)
+
     def histogram(self, step: int, tag: str, values: np.ndarray) -> None:
         """A histogram of ``values`` (any shape, flattened) at ``step``."""
         if np.size(values):

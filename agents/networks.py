@@ -13,8 +13,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from agents import kernels
 from agents import native as native_ops
-from agents.cells import CELLS, RecurrentCore, State, core_weights, native_available, numpy_core_step
+from agents.cells import CELLS, RecurrentCore, State, core_weights, numpy_core_step
 
 
 @dataclass
@@ -40,10 +41,10 @@ class NetworkConfig:
     obs_clip: float = 5.0
     # LayerNorm between each dense layer (pre, post) and its ReLU, as in PQN (Gallici et al. 2024).
     layer_norm: bool = False
-    # Learner's recurrence implementation: auto | native (C++ op, lstm only) | graph | scan
-    # (agents/cells.py). auto takes native for lstm where it builds, else graph, else scan.
-    # native (and auto where it builds) also runs each LayerNorm dense layer as one C++ op.
-    kernel: str = "auto"
+    # Implementation of the learner's recurrence and LayerNorm dense layers (agents/kernels.py):
+    # auto | native (C++ ops, lstm only, CPU) | graph | scan. auto takes native where the ops load
+    # and TF sees no GPU, else graph where the cell has one, else scan.
+    backend: str = "auto"
 
 
 LN_EPSILON = 1e-3
@@ -54,18 +55,17 @@ class DenseReLU(keras.layers.Dense):
 
     A Dense subclass, so ``kernel``/``bias`` (and variable paths ``<layer>/kernel``) stay those of
     a plain Dense; the LayerNorm scale and offset are ``<layer>/ln_gamma``, ``<layer>/ln_beta``.
-    ``kernel`` is the network's ``network.kernel``: with ``native`` (or ``auto`` where the native
-    ops load) a LayerNorm layer runs as one fused C++ op each way (``agents/native/dense_op.cc``)
-    instead of about 15 TF ops; ``graph`` and ``scan`` keep the TF ops. Same values and gradients
-    to float32 round-off.
+    ``native`` (the network's :class:`agents.kernels.KernelChoice` ``dense == "native"``) runs a
+    LayerNorm layer as one fused C++ op each way (``agents/native/dense_op.cc``) instead of about
+    15 TF ops; same values and gradients to float32 round-off.
     """
 
     def __init__(
-        self, units: int, layer_norm: bool = False, name: str | None = None, kernel: str = "graph"
+        self, units: int, layer_norm: bool = False, name: str | None = None, native: bool = False
     ) -> None:
         super().__init__(units, activation="relu", name=name)
         self.layer_norm = bool(layer_norm)
-        self.kernel_choice = kernel
+        self.native = bool(native) and self.layer_norm  # only the LayerNorm layer has a native op
 
     def build(self, input_shape) -> None:
         super().build(input_shape)
@@ -73,23 +73,25 @@ class DenseReLU(keras.layers.Dense):
             self.ln_gamma = self.add_weight(shape=(self.units,), initializer="ones", name="ln_gamma")
             self.ln_beta = self.add_weight(shape=(self.units,), initializer="zeros", name="ln_beta")
 
-    def uses_native(self) -> bool:
-        """Whether :meth:`call` runs the fused native op (only a ``layer_norm`` layer can)."""
-        if not self.layer_norm:
-            return False
-        return self.kernel_choice == "native" or (self.kernel_choice == "auto" and native_available())
-
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         if not self.layer_norm:
             return super().call(inputs)
         weights = [tf.convert_to_tensor(w) for w in (self.kernel, self.bias, self.ln_gamma, self.ln_beta)]
-        if self.uses_native():
+        if self.native:
             return dense_ln_relu_native(inputs, *weights)
         kernel, bias, gamma, beta = weights
         y = tf.matmul(inputs, kernel) + bias  # [..., O]
         mean, var = tf.nn.moments(y, axes=[-1], keepdims=True)
         y = (y - mean) * tf.math.rsqrt(var + LN_EPSILON) * gamma + beta
         return tf.nn.relu(y)
+
+
+def dense_stack(
+    widths: list[int], prefix: str, layer_norm: bool, choice: kernels.KernelChoice
+) -> list[DenseReLU]:
+    """``DenseReLU`` layers named ``<prefix>_<i>``, running the dense kernel of ``choice``."""
+    native = choice.dense == "native"
+    return [DenseReLU(n, layer_norm, f"{prefix}_{i}", native) for i, n in enumerate(widths)]
 
 
 def dense_ln_relu_native(
@@ -154,10 +156,12 @@ class RecurrentNetwork(keras.Model):
         self.config = config
         self.input_dim = int(input_dim)
         self.output_dim = int(output_dim)
-        ln = config.layer_norm
-        self.pre = [DenseReLU(n, ln, f"pre_{i}", config.kernel) for i, n in enumerate(config.pre_layers)]
-        self.core = RecurrentCore(config.cell, config.units, config.reset_after, config.kernel, name="core")
-        self.post = [DenseReLU(n, ln, f"post_{i}", config.kernel) for i, n in enumerate(config.post_layers)]
+        self.kernels = kernels.for_network(config)  # decided once; the layers follow it
+        self.pre = dense_stack(config.pre_layers, "pre", config.layer_norm, self.kernels)
+        self.core = RecurrentCore(
+            config.cell, config.units, config.reset_after, self.kernels.recurrence, name="core"
+        )
+        self.post = dense_stack(config.post_layers, "post", config.layer_norm, self.kernels)
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.

@@ -48,7 +48,7 @@ class SavedRun:
 def load_run(run_dir: str | Path, step: int | None = None, backend: str | None = None) -> SavedRun:
     """Load ``run_dir`` at checkpoint ``step`` (default: the newest that loads completely).
 
-    ``backend`` overrides ``network.kernel`` (an export needs the TF-only ``graph`` kernel). Raises
+    ``backend`` overrides ``network.backend`` (an export needs the TF-only ``graph`` kernel). Raises
     :class:`ConfigError` with one line when the directory holds no usable run or no such step.
     """
     from agents.loop import build_agent  # the agent builders live with the loop
@@ -64,7 +64,7 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
             f"run={str(run_dir)!r}: {path} is unreadable ({str(exc).splitlines()[0]})"
         ) from None
     if backend is not None:
-        config.network.kernel = backend
+        config.network.backend = backend
     spec = describe_env(config.env)
     counters = Counters(env_steps=config.train.total_env_steps)  # greedy: exploration schedules ended
     learner, policy = build_agent(config, spec, counters)

@@ -24,7 +24,7 @@ class EnvConfig:
     obs_noise: float = 0.0
     # Number of environments stepped together (gymnasium SyncVectorEnv).
     num_envs: int = 8
-    # Overrides the env's own time limit when set.
+    # Overrides the env's own time limit when set; envs without one need it (a warning says so).
     max_episode_steps: int | None = None
     # Continuous control only: half-range of the action box when the env's bounds are infinite.
     action_scale: float | None = None

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
-from envs import memory
+from envs import faults, memory
 from envs.config import ConfigError, EnvConfig
-from envs.wrappers import FlickerObservation, GaussianObservationNoise, MaskObservation
+from envs.wrappers import (
+    FlickerObservation,
+    GaussianObservationNoise,
+    MaskObservation,
+    ShiftDiscreteActions,
+)
 
 memory.register()
+faults.register()
+log = logging.getLogger(__name__)
+# env ids already warned about having no time limit (one warning per id and process).
+_warned_no_time_limit: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -38,13 +48,52 @@ def _make_base(config: EnvConfig) -> gym.Env:
         raise ConfigError(f"env.kwargs={dict(config.kwargs)} rejected by {config.id}: {exc}") from None
 
 
+def _one_line(space: gym.spaces.Space) -> str:
+    return " ".join(str(space).split())  # a Box with per-index bounds prints arrays over lines
+
+
+def has_time_limit(env: gym.Env) -> bool:
+    """Whether episodes of ``env`` are sure to end: a TimeLimit in the stack, a registered
+    ``spec.max_episode_steps``, or an env declaring ``metadata["episodes_always_end"]``."""
+    if env.spec is not None and env.spec.max_episode_steps is not None:
+        return True
+    if env.unwrapped.metadata.get("episodes_always_end", False):
+        return True
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            return True
+        env = env.env
+    return False
+
+
+def _warn_if_unbounded(env: gym.Env, config: EnvConfig) -> None:
+    if config.max_episode_steps is not None or config.id in _warned_no_time_limit:
+        return
+    if not has_time_limit(env):
+        _warned_no_time_limit.add(config.id)
+        log.warning(
+            "env.id=%r has no time limit and env.max_episode_steps is null: episodes may never end "
+            "and greedy evaluation stops at its step cap; set env.max_episode_steps=<steps>",
+            config.id,
+        )
+
+
 def make_env(config: EnvConfig, seed: int | None = None) -> gym.Env:
-    """One env with the POMDP wrappers of ``config`` applied, reset once with ``seed``."""
+    """One env with the POMDP wrappers of ``config`` applied, reset once with ``seed``.
+
+    Logs one warning (per env id) naming ``env.max_episode_steps`` when the env has no time limit,
+    and exposes a ``Discrete(n, start=s)`` action space as ``Discrete(n)`` (index ``a`` -> ``a + s``).
+    """
     env = _make_base(config)
     space = env.observation_space
     if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         env.close()
-        raise ConfigError(f"env.id={config.id!r} has observation space {space}; a flat Box [obs] is required")
+        raise ConfigError(
+            f"env.id={config.id!r} has observation space {_one_line(space)}; a flat Box [obs] is required"
+        )
+    _warn_if_unbounded(env, config)
+    if isinstance(env.action_space, gym.spaces.Discrete) and int(env.action_space.start) != 0:
+        env = ShiftDiscreteActions(env)
     obs_dim = space.shape[0]
     bad = [i for i in config.mask_obs if not 0 <= int(i) < obs_dim]
     if bad:
@@ -98,6 +147,9 @@ def describe_env(config: EnvConfig) -> EnvSpec:
                 low = np.full_like(low, -float(config.action_scale))
                 high = np.full_like(high, float(config.action_scale))
             return EnvSpec(obs_dim, False, int(space.shape[0]), low, high)
-        raise ConfigError(f"env.id={config.id!r} has unsupported action space {space}")
+        raise ConfigError(
+            f"env.id={config.id!r} has unsupported action space {_one_line(space)}; "
+            "allowed Discrete(n) or a flat Box [A]"
+        )
     finally:
         env.close()

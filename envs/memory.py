@@ -21,7 +21,8 @@ class CueMemoryEnv(gym.Env):
     nothing. The episode terminates after the query step, ``delay + 1`` steps in all.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    # Episodes end by themselves (delay + 1 steps), so no time limit is needed: see make.has_time_limit.
+    metadata: dict[str, Any] = {"render_modes": [], "episodes_always_end": True}
 
     def __init__(self, delay: int = 4, continuous: bool = False) -> None:
         self.delay = int(delay)

@@ -41,7 +41,7 @@ def format_table(result: dict) -> str:
         f"{g['gflops_start']:.1f} -> {g['gflops_end']:.1f} GFLOP/s",
         "",
         "learner: upd/s; GEMM = same-run fp32 GFLOP/s; eff% = GFLOP x upd/s / GEMM; cpu ms = process CPU",
-        "time per update; kernel = network.kernel used; graph = the TF-graph kernel (agents/fastrnn.py),",
+        "time per update; kernel = network.backend pick; graph = the TF-graph kernel (agents/fastrnn.py),",
         "ref = the tf.scan reference path, keras = stock Keras LSTM/GRU step (same run)",
         format_learner(result["learner"]),
         "",

@@ -189,8 +189,8 @@ def timed(fn: Callable[[], object], calls: int) -> tuple[float, float]:
 
 
 def _build_learner(compose: Compose, overrides: list[str], kernel: str | None, seed: int):
-    """The learner at ``overrides``, with ``network.kernel=kernel`` unless None."""
-    config = compose(overrides if kernel is None else [*overrides, f"network.kernel={kernel}"])
+    """The learner at ``overrides``, with ``network.backend=kernel`` unless None."""
+    config = compose(overrides if kernel is None else [*overrides, f"network.backend={kernel}"])
     spec = describe_env(config.env)
     learner, _ = build_agent(config, spec, Counters())
     batch = synthetic_batch(learner, spec, config.agent.batch_size, seed)
@@ -205,7 +205,7 @@ def learner_row(
 ) -> dict:
     """Updates/s of one learner shape, with GEMM rate (and reference paths) in interleaved rounds."""
     config, spec, learner, batch, compile_s = _build_learner(compose, overrides, None, seed)
-    kernel = learner.networks()[0].core.kernel_for(tf.zeros([1, learner.seq_len, 1]))
+    kernel = learner.networks()[0].core.recurrence_for(tf.zeros([1, learner.seq_len, 1]))
     cases = {"fast": lambda: learner.step(batch)}
     if compare:
         ref = _build_learner(compose, overrides, "scan", seed)

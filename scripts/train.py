@@ -37,10 +37,16 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     base = OmegaConf.structured(Config)
     base.agent = "???"  # filled by the agent group; any agent schema may go there
+    env = OmegaConf.structured(EnvConfig)
+    # env.kwargs is free-form (any gymnasium.make keyword). Hydra closes every dict of the composed
+    # config (struct mode), so `env.kwargs='{size: 8}'` would be refused; an explicit flag on the
+    # node itself outlives the merges and keeps it open while typos elsewhere still fail.
+    for node in (base.env, env):
+        OmegaConf.set_struct(node.kwargs, False)
     cs.store(name="base_config", node=base)
     for kind, schema in AGENT_CONFIGS.items():
         cs.store(group="agent", name=f"{kind}_schema", node=schema)
-    cs.store(group="env", name="env_schema", node=EnvConfig)
+    cs.store(group="env", name="env_schema", node=env)
 
 
 def to_config(cfg: DictConfig) -> Config:

@@ -95,3 +95,13 @@ def tiny_config(tmp_path) -> Config:
     config.eval.every_env_steps = 200
     config.eval.episodes = 4
     return config
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``native`` need the compiled ops: skip them, with the reason, where they cannot load."""
+    if item.get_closest_marker("native"):
+        from agents import native
+
+        ok, reason = native.available()
+        if not ok:
+            pytest.skip(f"native ops unavailable: {reason}")

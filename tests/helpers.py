@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -39,36 +38,6 @@ def rdqn_batch(learner, batch_size: int, obs_dim: int, num_actions: int, seed: i
         "valid": np.ones((b, length), np.float32),
         "state": np.zeros((b, learner.state_dim), np.float32),
     }
-
-
-class NaNRewardEnv(gym.Env):
-    """Observation ``[1, t/10]``, two actions, reward 0 until each instance's step ``nan_after``,
-    then ``nan`` (``field="reward"``) or a NaN observation (``field="obs"``)."""
-
-    def __init__(self, nan_after: int = 100, field: str = "reward") -> None:
-        self.nan_after, self.field = int(nan_after), field
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(2)
-        self.steps = 0
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.array([1.0, 0.0], np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        self.steps += 1
-        broken = self.steps > self.nan_after
-        obs = np.array([1.0, self.t / 10], np.float32)
-        if broken and self.field == "obs":
-            obs[1] = np.nan
-        reward = float("nan") if broken and self.field == "reward" else 0.0
-        return obs, reward, False, self.t >= 10, {}
-
-
-if "tests/NaNReward-v0" not in gym.registry:
-    gym.register(id="tests/NaNReward-v0", entry_point=NaNRewardEnv)
 
 
 def event_steps(run_dir: Path, tag: str) -> list[int]:

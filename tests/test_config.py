@@ -87,10 +87,10 @@ BAD = [
     (["replay.initial_state=random"], "replay.initial_state='random'", "stored|zero"),
     (["network.inputs=[velocity]"], "network.inputs=['velocity']", "prev_action|prev_reward"),
     (["train.tf_intra_op_threads=-1"], "train.tf_intra_op_threads=-1", ">= 0"),
-    (["network.kernel=cudnn"], "network.kernel='cudnn'", "auto|native|graph|scan"),
+    (["network.backend=cudnn"], "network.backend='cudnn'", "auto|native|graph|scan"),
     (
-        ["network.cell=gru", "network.kernel=native"],
-        "network.kernel='native'",
+        ["network.cell=gru", "network.backend=native"],
+        "network.backend='native'",
         "auto|graph|scan for cell=gru",
     ),
 ]

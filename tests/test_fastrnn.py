@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents import cells
+from agents import cells, kernels, native
 from agents.networks import NetworkConfig, RecurrentNetwork
 from agents.rdqn import RDQNConfig, RDQNLearner
 
@@ -18,15 +19,15 @@ B, T, F, A = 3, 7, 5, 4
 
 @contextlib.contextmanager
 def kernel(net, name: str):
-    """Trace the enclosed unrolls of ``net`` with ``network.kernel=name``."""
-    old, net.core.kernel = net.core.kernel, name
+    """Trace the enclosed unrolls of ``net`` with its recurrence set to ``name``."""
+    old, net.core.recurrence = net.core.recurrence, name
     try:
         yield
     finally:
-        net.core.kernel = old
+        net.core.recurrence = old
 
 
-FUSED = [("lstm", "native"), ("lstm", "graph"), ("gru", "graph")]
+FUSED = [pytest.param("lstm", "native", marks=pytest.mark.native), ("lstm", "graph"), ("gru", "graph")]
 
 
 def _case(cell: str, seed: int = 0):
@@ -59,7 +60,7 @@ def _values_and_grads(net, x, reset, state, weights, compiled: bool) -> list[np.
 def test_fused_equals_reference_in_values_and_gradients(cell: str, name: str, compiled: bool) -> None:
     net, x, reset, state, weights = _case(cell)
     with kernel(net, name):
-        assert net.core.kernel_for(x) == name
+        assert net.core.recurrence_for(x) == name
         fast = _values_and_grads(net, x, reset, state, weights, compiled)
     with kernel(net, "scan"):
         ref = _values_and_grads(net, x, reset, state, weights, compiled)
@@ -69,34 +70,69 @@ def test_fused_equals_reference_in_values_and_gradients(cell: str, name: str, co
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
 
 
-def test_kernel_choice_and_fallbacks() -> None:
-    """auto takes native for lstm, graph for gru; other cells and unknown lengths take tf.scan."""
-    for cell, reset_after in (("lstm_peephole", True), ("gru", False), ("mlp", True)):
-        net = RecurrentNetwork(NetworkConfig(cell=cell, units=4, reset_after=reset_after), F, A, name="q")
-        assert net.core.kernel_for(tf.zeros([B, T, 8])) == "scan"
-    gru = RecurrentNetwork(NetworkConfig(cell="gru", units=4), F, A, name="q")
-    assert gru.core.kernel_for(tf.zeros([B, T, 8])) == "graph"
-    net = RecurrentNetwork(NetworkConfig(cell="lstm", units=4, pre_layers=[]), F, A, name="q")
-    long = tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F])
-    assert net.core.kernel_for(long) == "native"  # auto, with the native ops built here
-    with kernel(net, "graph"):
-        assert net.core.kernel_for(long) == "scan"
+def test_backend_resolves_once_per_network(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    """auto: native for lstm where the ops load and no GPU is visible, else graph (lstm, gru with
+    reset_after), else scan; a missing library warns once however many networks are built."""
+
+    def resolve(*args, **kwargs) -> tuple[str, str, str]:
+        return dataclasses.astuple(kernels.resolve(*args, **kwargs))  # recurrence, dense, reason
+
+    monkeypatch.setattr(kernels, "gpu_visible", lambda: False)
+    monkeypatch.setattr(native, "available", lambda: (True, ""))
+    assert resolve("lstm", "auto", layer_norm=True)[:2] == ("native", "native")
+    assert resolve("gru", "auto", layer_norm=True)[:2] == ("graph", "native")
+    assert resolve("gru", "auto", reset_after=False)[:2] == ("scan", "tf")
+    assert resolve("lstm_peephole", "graph")[:2] == ("scan", "tf")
+    assert resolve("mlp", "auto", layer_norm=True)[:2] == ("none", "native")
+    assert resolve("lstm", "scan", layer_norm=True)[:2] == ("scan", "tf")
+    monkeypatch.setattr(kernels, "gpu_visible", lambda: True)  # the native ops are CPU-only
+    choice = resolve("lstm", "auto", layer_norm=True)
+    assert choice[:2] == ("graph", "tf") and "GPU" in choice[2]
+    monkeypatch.setattr(kernels, "gpu_visible", lambda: False)
+    monkeypatch.setattr(native, "available", lambda: (False, "no C++ compiler"))
+    kernels._warn_once.cache_clear()
+    with caplog.at_level("WARNING", logger="agents.kernels"):
+        nets = [
+            RecurrentNetwork(NetworkConfig(units=4, layer_norm=True), F, A, name=f"q{i}") for i in range(2)
+        ]
+    assert [dataclasses.astuple(n.kernels)[:2] for n in nets] == [("graph", "tf")] * 2
+    assert not any(layer.native for layer in nets[0].pre)
+    assert [r.getMessage() for r in caplog.records].count(
+        "network.backend=auto: native ops unavailable (no C++ compiler); using the graph kernel and TF ops"
+    ) == 1
     with pytest.raises(ValueError, match="native"):
-        RecurrentNetwork(NetworkConfig(cell="gru", units=4, kernel="native"), F, A, name="q")
+        RecurrentNetwork(NetworkConfig(cell="gru", units=4, backend="native"), F, A, name="q")
+
+
+def test_graph_kernel_needs_a_static_length() -> None:
+    """The graph kernel unrolls every step in the graph: unknown or long lengths run tf.scan."""
+    net = RecurrentNetwork(
+        NetworkConfig(cell="lstm", units=4, pre_layers=[], backend="graph"), F, A, name="q"
+    )
+    assert net.core.recurrence_for(tf.zeros([B, T, F])) == "graph"
+    assert net.core.recurrence_for(tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F])) == "scan"
+    assert net.core.recurrence_for(tf.TensorSpec([B, None, F])) == "scan"
 
     @tf.function(input_signature=[tf.TensorSpec([B, None, F])])
     def dynamic(x):
         out, _ = net.unroll(x, net.initial_state(B), tf.zeros(tf.shape(x)[:2]))
         return out
 
-    with kernel(net, "graph"):
-        assert net.core.kernel_for(tf.TensorSpec([B, None, F])) == "scan"
-        assert dynamic(tf.zeros([B, T, F])).shape == (B, T, A)
+    assert dynamic(tf.zeros([B, T, F])).shape == (B, T, A)
+
+
+@pytest.mark.native
+def test_auto_runs_the_native_ops_where_they_load() -> None:
+    net = RecurrentNetwork(NetworkConfig(cell="lstm", units=4, pre_layers=[]), F, A, name="q")
+    long = tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F])
+    assert net.kernels.recurrence == net.core.recurrence_for(long) == "native"  # any length
+    graph = tf.function(net.call).get_concrete_function(tf.TensorSpec([B, T, F])).graph
+    assert "RecurrlLstmForward" in {op.type for op in graph.get_operations()}
 
 
 def _learner_after_updates(updates: int, cell: str, name: str) -> tuple[list[np.ndarray], dict]:
     keras.utils.set_random_seed(3)
-    network = NetworkConfig(cell=cell, units=8, pre_layers=[8], kernel=name)
+    network = NetworkConfig(cell=cell, units=8, pre_layers=[8], backend=name)
     learner = RDQNLearner(RDQNConfig(batch_size=4, n_step=2), network, 3, 2, 2, 5)
     rng = np.random.default_rng(0)
     b, length = 4, learner.seq_len
@@ -130,14 +166,18 @@ def test_learner_updates_match_reference_path(cell: str, name: str) -> None:
 
 
 def test_backward_transpose_is_materialised_and_exact() -> None:
-    """The backward loop's ``U^T`` (a 3-D transpose, kept out of Grappler's matmul folding) is exact."""
+    """The backward loop's ``U^T`` is exact and built by a 3-D transpose, which Grappler does not
+    fold into the following matmul's ``transpose_b`` (a 2-D transpose it would)."""
     from agents.fastrnn import _transpose
 
     rk = tf.constant(np.random.default_rng(0).normal(size=(6, 24)).astype(np.float32))
     np.testing.assert_array_equal(_transpose(rk), tf.transpose(rk))
+    graph = tf.function(_transpose).get_concrete_function(tf.TensorSpec([6, 24])).graph
+    (transpose,) = [op for op in graph.get_operations() if op.type == "Transpose"]
+    assert transpose.inputs[0].shape.rank == 3 and transpose.inputs[1].shape == (3,)
 
 
-@pytest.mark.parametrize("name", ["native", "graph", "scan"])
+@pytest.mark.parametrize("name", [pytest.param("native", marks=pytest.mark.native), "graph", "scan"])
 def test_tail_without_backward_gives_the_same_gradients(name: str) -> None:
     """rdqn's split unroll: gradients through the trace equal those of one unroll over trace + tail.
 

@@ -77,6 +77,7 @@ def test_overrides_on_resume_restating_the_run_are_accepted_frozen_keys_refused(
         ("network.units=32", "network.units"),
         ("env.num_envs=2", "env.num_envs"),
         ("+env.kwargs.delay=3", "env.kwargs.delay"),
+        ("+env.kwargs.size=3", "env.kwargs.size"),
         ("replay.capacity=8000", "replay.capacity"),
         ("seed=3", "seed"),
         ("agent=rddpg", "agent=rddpg"),
@@ -90,13 +91,12 @@ def test_overrides_on_resume_restating_the_run_are_accepted_frozen_keys_refused(
 
 @pytest.mark.parametrize("field", ["reward", "obs"])
 def test_nonfinite_env_output_stops_the_run_and_keeps_the_checkpoint(tiny_config: Config, field: str) -> None:
-    tiny_config.env.id = "tests.helpers:tests/NaNReward-v0"
-    # Each env's 81st step, after 8 ten-step episodes and their 8 autoreset steps: 4 envs x 89.
-    tiny_config.env.kwargs = {"nan_after": 80, "field": field}
+    tiny_config.env.id = "recurrl/NaNReward-v0"
+    tiny_config.env.kwargs = {"nan_after": 80, "what": field}  # each env's step 80: env step 4 x 80
     with pytest.raises(NonFiniteError) as err:
         train(tiny_config)
-    what = "reward (nan)" if field == "reward" else "observation (nan)"
-    assert str(err.value).startswith(f"non-finite {what} from env 0 at env step 356;")
+    what = "reward nan" if field == "reward" else "observation nan at obs index 0"
+    assert str(err.value).startswith(f"non-finite {what} from env 0 at env step 320;")
     assert "last checkpoint (env step 200) is kept" in str(err.value)
     run = Path(tiny_config.run_dir)
     assert Checkpointer(run).complete_steps() == [200]

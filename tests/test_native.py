@@ -39,6 +39,7 @@ def _run(inputs, use_native: bool) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize(("steps", "batch", "units"), [(1, 1, 3), (7, 3, 5), (19, 4, 16), (300, 2, 8)])
+@pytest.mark.native
 def test_native_equals_graph_kernel(steps: int, batch: int, units: int) -> None:
     """Values and all gradients (inputs, input kernel and bias, h0, c0, recurrent kernel), including
     lengths that are not a multiple of the op's kernel-gradient block and one longer than the graph
@@ -51,6 +52,7 @@ def test_native_equals_graph_kernel(steps: int, batch: int, units: int) -> None:
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.native
 def test_native_runs_with_an_unknown_length() -> None:
     x, kernel, bias, keep, h0, c0, rk, _ = _inputs(6, 2, 4)
 
@@ -62,6 +64,7 @@ def test_native_runs_with_an_unknown_length() -> None:
     assert unroll(x[:, :3], keep[:, :3]).shape == (2, 3, 4)
 
 
+@pytest.mark.native
 def test_the_backward_op_is_deterministic() -> None:
     """Two threads share the backward op's block work; the gradient sums must not depend on which
     thread was free (training is deterministic per seed)."""
@@ -76,6 +79,7 @@ def test_the_backward_op_is_deterministic() -> None:
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.native
 def test_the_op_rejects_inconsistent_shapes() -> None:
     ops = native.load()
     inputs, kernel, bias, keep, h0, c0, rk, _ = _inputs(3, 2, 4)
@@ -87,8 +91,14 @@ def test_the_op_rejects_inconsistent_shapes() -> None:
     hs, _, _, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)
     with pytest.raises(tf.errors.InvalidArgumentError, match="inconsistent shapes"):
         ops.recurrl_lstm_backward(hs, h0, c0, keep, rk, cs, act, cm, hm, inputs, kernel[:-1])
+    # A recurrent kernel with fewer than 4U columns: the op would read and write past its buffers.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rk must be \\[U, 4U\\], got \\[4,15\\]"):
+        ops.recurrl_lstm_backward(hs, h0, c0, keep, rk[:, :-1], cs, act, cm, hm, inputs, kernel)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="inconsistent shapes"):
+        ops.recurrl_lstm_backward(hs, h0, c0, keep[:, :-1], rk, cs, act, cm, hm, inputs, kernel)
 
 
+@pytest.mark.native
 @pytest.mark.parametrize(
     ("lead", "features", "units"), [((5, 3), 2, 8), ((4, 7), 3, 64), ((13,), 16, 5), ((2, 3, 4), 6, 9)]
 )
@@ -104,20 +114,30 @@ def test_dense_layer_norm_op_equals_the_tf_layer(lead: tuple[int, ...], features
     x = tf.constant(rng.normal(size=(*lead, features)).astype(np.float32))
     w = tf.constant(rng.normal(size=(*lead, units)).astype(np.float32))
     results = []
-    for kernel in ("native", "graph"):
-        layer.kernel_choice = kernel
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x)
-            loss = tf.reduce_sum(y * w)
-        grads = tape.gradient(loss, [x, layer.kernel, layer.bias, layer.ln_gamma, layer.ln_beta])
-        results.append([y, *grads])
-    assert layer.uses_native() is False and np.count_nonzero(results[0][0]) > 0
+    for native_op in (True, False):
+        layer.native = native_op
+
+        @tf.function
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x)
+                loss = tf.reduce_sum(y * w)
+            grads = tape.gradient(loss, [x, layer.kernel, layer.bias, layer.ln_gamma, layer.ln_beta])
+            return [y, *grads]
+
+        # The path that ran: the fused ops each way, or TF's LayerNorm ops and none of ours.
+        ops = _op_types(run.get_concrete_function(x).graph)
+        assert ("RecurrlDenseLnForward" in ops and "RecurrlDenseLnBackward" in ops) == native_op, ops
+        assert ("Rsqrt" in ops) != native_op
+        results.append(run(x))
+    assert np.count_nonzero(results[0][0]) > 0
     for a, b in zip(*results, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.native
 def test_the_dense_op_rejects_inconsistent_shapes() -> None:
     ops = native.load()
     x, w, v = tf.zeros([4, 3]), tf.zeros([3, 5]), tf.zeros([5])
@@ -128,6 +148,17 @@ def test_the_dense_op_rejects_inconsistent_shapes() -> None:
     out, yhat, rstd = ops.recurrl_dense_ln_forward(x, w, v, v, v, epsilon=1e-3)
     with pytest.raises(tf.errors.InvalidArgumentError, match="rstd must have"):
         ops.recurrl_dense_ln_backward(out, x, w, v, yhat, rstd[:3], out)
+    # No input features: rows are counted by dividing by I, so I = 0 must be refused first.
+    empty_x, empty_w = tf.zeros([4, 0]), tf.zeros([0, 5])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at least one input feature"):
+        ops.recurrl_dense_ln_forward(empty_x, empty_w, v, v, v, epsilon=1e-3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at least one input feature"):
+        ops.recurrl_dense_ln_backward(out, empty_x, empty_w, v, yhat, rstd, out)
+
+
+def _op_types(graph: tf.Graph) -> set[str]:
+    """Op types in ``graph`` (a custom gradient traced in the same function adds its ops here)."""
+    return {op.type for op in graph.get_operations()}
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -136,45 +167,54 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.native
 def test_build_is_cached_and_keyed(tmp_path: Path) -> None:
     """A fresh cache builds one library; the next process loads it without building."""
     env = {**os.environ, "RECURRL_CACHE_DIR": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "2"}
     code = "import logging; logging.basicConfig(level=logging.INFO); from agents import native; native.load()"
     first = _python(code, env)
     assert first.returncode == 0, first.stderr
+    assert "building native ops, about 40 s, once per machine" in first.stderr
     assert "built lstm_op.cc dense_op.cc" in first.stderr
     (lib,) = tmp_path.glob("recurrl_ops-tf*.so")
+    digest, size = lib.with_name(lib.name + ".sha256").read_text().split()
+    assert int(size) == lib.stat().st_size and len(digest) == 64
     second = _python(code, env)
     assert second.returncode == 0 and "built" not in second.stderr
     assert list(tmp_path.glob("*.so")) == [lib]
 
 
 def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path) -> None:
-    """No compiler and no cached library: auto warns and uses the graph kernel and TF LayerNorm; an explicit
-    ``network.kernel=native`` fails with a one-line config error before anything is written."""
+    """No compiler and no cached library: auto warns once and uses the graph kernel and TF LayerNorm;
+    an explicit ``network.backend=native`` fails with a one-line error before anything is written."""
     env = {
         **os.environ,
         "RECURRL_CACHE_DIR": str(tmp_path / "cache"),
         "TMPDIR": str(tmp_path / "tmp"),
         "CXX": "no-such-compiler",
-        "PATH": str(tmp_path),  # no g++ either
+        "PATH": str(tmp_path),  # no c++ or g++ either
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
+    env.pop("RECURRL_CXX", None)
     (tmp_path / "tmp").mkdir()
     code = (
         "import tensorflow as tf\n"
         "from agents.networks import NetworkConfig, RecurrentNetwork\n"
-        "net = RecurrentNetwork(NetworkConfig(units=4, layer_norm=True), 3, 2, name='q')\n"
-        "kernel = net.core.kernel_for(tf.zeros([2, 5, 3]))\n"
-        "print('kernel', kernel, 'dense native', net.pre[0].uses_native())\n"
+        "cfg = NetworkConfig(units=4, layer_norm=True, post_layers=[4])\n"
+        "net = RecurrentNetwork(cfg, 3, 2, name='q')\n"
+        "RecurrentNetwork(cfg, 3, 2, name='target_q')\n"
+        "k, path = net.kernels, net.core.recurrence_for(tf.zeros([2, 5, 3]))\n"
+        "print('kernels', k.recurrence, k.dense, path)\n"
+        "print('dense native', [layer.native for layer in net.pre + net.post])\n"
     )
     auto = _python(code, env)
     assert auto.returncode == 0, auto.stderr
-    assert "kernel graph dense native False" in auto.stdout
-    assert "native ops unavailable (no C++ compiler" in auto.stderr
+    assert "kernels graph tf graph" in auto.stdout and "dense native [False, False]" in auto.stdout
+    assert auto.stderr.count("native ops unavailable") == 1, auto.stderr
+    assert "native ops unavailable (no C++ compiler: CXX=no-such-compiler not found)" in auto.stderr
     run_dir = tmp_path / "run"
     refused = subprocess.run(
-        [sys.executable, "-m", "scripts.train", "network.kernel=native", f"run_dir={run_dir}"],
+        [sys.executable, "-m", "scripts.train", "network.backend=native", f"run_dir={run_dir}"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -182,10 +222,11 @@ def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path
         timeout=300,
     )
     assert refused.returncode != 0
-    assert "network.kernel=native is unavailable here (no C++ compiler" in refused.stderr
+    assert "=native is unavailable here (no C++ compiler" in refused.stderr
     assert not run_dir.exists()
 
 
+@pytest.mark.native
 def test_native_drifts_from_the_reference_no_more_than_the_graph_kernel() -> None:
     """Over 150 rdqn updates round-off compounds; the native kernel must stay as close to the
     tf.scan reference as the graph kernel does (a wrong gradient term would drift much faster)."""

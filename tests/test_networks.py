@@ -102,6 +102,40 @@ def test_core_matches_keras_layer(cell: str, reset_after: bool) -> None:
     np.testing.assert_allclose(ours, layer(x), atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("cell", "backend"),
+    [
+        pytest.param("lstm", "native", marks=pytest.mark.native),
+        ("lstm", "graph"),
+        ("gru", "graph"),
+        ("gru", "scan"),
+    ],
+)
+def test_trained_core_weights_load_into_keras(cell: str, backend: str) -> None:
+    """After training steps through the chosen kernel, the core's weights (Keras layouts) load into
+    keras.layers.LSTM / GRU unchanged and give the same outputs."""
+    cfg = NetworkConfig(cell=cell, units=6, pre_layers=[], backend=backend)
+    net = RecurrentNetwork(cfg, F, A, name="online_q")
+    assert net.kernels.recurrence == backend
+    x, reset = _inputs()
+    target = tf.constant(np.random.default_rng(1).normal(size=(B, T, 6)).astype(np.float32))
+    weights = net.core.trainable_variables
+    before = [np.asarray(w) for w in weights]
+    optimizer = keras.optimizers.Adam(0.05)
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            out, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+            loss = tf.reduce_mean((out - target) ** 2)
+        optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
+    assert all(not np.allclose(a, np.asarray(w)) for a, w in zip(before, weights, strict=True))
+    layer_cls = keras.layers.LSTM if cell == "lstm" else keras.layers.GRU
+    layer = layer_cls(6, return_sequences=True)
+    layer.build((None, T, F))
+    layer.set_weights([np.asarray(w) for w in weights])
+    ours, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.zeros([B, T]))
+    np.testing.assert_allclose(ours, layer(x), atol=1e-5)
+
+
 def test_flat_state_round_trip() -> None:
     h, c = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
     flat = flat_state((h, c), 2)

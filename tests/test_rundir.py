@@ -106,3 +106,21 @@ def test_two_launches_into_one_directory_write_two_runs(tmp_path: Path) -> None:
         assert [line.split(",")[0] for line in rows[1:]] == ["120", "240"]
         assert len(list((tmp_path / r / "tb").glob("*tfevents*"))) == 1
         assert not (tmp_path / r / LOCK).exists()
+
+
+@pytest.mark.slow
+def test_joblib_sweep_runs_seeds_in_parallel_processes_into_their_own_directories(tmp_path: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs the sweep extra")
+    cmd = [
+        sys.executable, "-m", "scripts.train", "-m", "seed=0,1", "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2", "env=cue_memory", "train.progress_bar=false", "train.total_env_steps=240",
+        "train.learning_starts=80", "eval.every_env_steps=120", "eval.episodes=2", "network.units=8",
+        "replay.capacity=2000", f"hydra.sweep.dir={tmp_path}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(runs) == 2
+    summaries = [json.loads((r / "summary.json").read_text()) for r in runs]
+    assert sorted(s["seed"] for s in summaries) == [0, 1]
+    assert all(s["status"] == "finished" and s["env_steps"] == 240 for s in summaries)

@@ -46,6 +46,8 @@ def test_smoke_run_writes_everything(tiny_config: Config) -> None:
     assert saved["env_steps"] == summary["env_steps"] == 400 and saved["updates"] == 76
     assert Checkpointer(run).latest() == 400
     assert (run / "config.json").exists()
+    # Which implementation ran is recorded: the summary and TensorBoard's text tab.
+    assert set(saved["kernels"]) == {"recurrence", "dense", "reason"} and "run/kernels" in tags
 
 
 def test_resume_continues_counters_and_refuses_to_clobber(tiny_config: Config) -> None:

@@ -30,8 +30,9 @@ using Row = Eigen::Array<float, 1, Eigen::Dynamic>;
 using RowMap = Eigen::Map<Row>;
 using ConstRowMap = Eigen::Map<const Row>;
 
-// Number of rows of a [..., I] tensor (the product of its leading dimensions).
-int64_t Rows(const Tensor& t) { return t.dims() < 2 ? 0 : t.NumElements() / t.dim_size(t.dims() - 1); }
+// Number of rows of a [..., I] tensor (the product of its leading dimensions). The callers check
+// I >= 1 first: with I = 0 every row would be empty and the LayerNorm undefined.
+int64_t Rows(const Tensor& t) { return t.NumElements() / t.dim_size(t.dims() - 1); }
 
 }  // namespace
 
@@ -89,9 +90,11 @@ class DenseLnForwardOp : public OpKernel {
     OP_REQUIRES(ctx, x.dims() >= 2 && w.dims() == 2,
                 InvalidArgument("x must be [..., I] and w [I, O], got ", x.shape().DebugString(), " and ",
                                 w.shape().DebugString()));
-    const int64_t n = Rows(x), in = w.dim_size(0), o = w.dim_size(1);
+    const int64_t in = w.dim_size(0), o = w.dim_size(1);
     OP_REQUIRES(ctx, x.dim_size(x.dims() - 1) == in,
                 InvalidArgument("x ", x.shape().DebugString(), " does not match w ", w.shape().DebugString()));
+    OP_REQUIRES(ctx, in >= 1, InvalidArgument("x and w need at least one input feature, got I = 0"));
+    const int64_t n = Rows(x);
     for (const Tensor* v : {&b, &gamma, &beta}) {
       OP_REQUIRES(ctx, v->dims() == 1 && v->dim_size(0) == o,
                   InvalidArgument("b, gamma and beta must be [", o, "], got ", v->shape().DebugString()));
@@ -136,7 +139,9 @@ class DenseLnBackwardOp : public OpKernel {
     OP_REQUIRES(ctx, x.dims() >= 2 && w.dims() == 2 && x.dim_size(x.dims() - 1) == w.dim_size(0),
                 InvalidArgument("x must be [..., I] and w [I, O], got ", x.shape().DebugString(), " and ",
                                 w.shape().DebugString()));
-    const int64_t n = Rows(x), in = w.dim_size(0), o = w.dim_size(1);
+    const int64_t in = w.dim_size(0), o = w.dim_size(1);
+    OP_REQUIRES(ctx, in >= 1, InvalidArgument("x and w need at least one input feature, got I = 0"));
+    const int64_t n = Rows(x);
     for (const Tensor* t : {&dout, &yhat_t, &out_t}) {
       OP_REQUIRES(ctx, t->NumElements() == n * o,
                   InvalidArgument("dout, yhat and out must have ", n * o, " elements, got ",
