@@ -10,11 +10,15 @@ import logging
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The actor's numpy steps are small matmuls that one thread runs as fast as two; a second OpenBLAS
 # thread only competes with TF's threads for the cores, which slows acting badly on a loaded
 # machine (docs/performance.md, "Acting speed"). TF's own kernels do not use OpenBLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from scripts.tf_logs import quiet_tensorflow  # noqa: E402
+
+# A run's console shows recurrl's lines, not TF's loading chatter (RECURRL_TF_LOGS=1 shows it).
+quiet_tensorflow()
 
 import hydra  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402

@@ -1,8 +1,19 @@
-"""Shared fixtures: quiet TF logs, tiny configs."""
+"""Shared fixtures (quiet TF logs, tiny configs) and the ``train`` marker.
+
+``train`` marks every test that runs the training loop, so ``-m "not train"`` keeps the unit tests.
+It is set here, from what a test does, so test modules need no marker of their own: a test is marked
+when it, a fixture it uses, or a test-suite function either of them calls by name, calls
+:func:`agents.loop.train` or names ``"scripts.train"`` (the module a subprocess runs).
+"""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -10,6 +21,56 @@ import pytest  # noqa: E402
 
 from agents.config import Config  # noqa: E402
 from envs.config import EnvConfig  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _in_tests(obj: object) -> bool:
+    """Whether ``obj`` is a Python function defined in a file under ``tests/``."""
+    if not inspect.isfunction(obj):
+        return False
+    source = inspect.getsourcefile(obj)
+    return source is not None and Path(source).resolve().is_relative_to(TESTS)
+
+
+def _is_train(obj: object) -> bool:
+    return getattr(obj, "__module__", None) == "agents.loop" and getattr(obj, "__name__", None) == "train"
+
+
+def runs_training(func: Callable, seen: set[Callable] | None = None) -> bool:
+    """Whether ``func``, or a function under ``tests/`` it calls by name, calls ``agents.loop.train``
+    or names ``"scripts.train"``."""
+    seen = set() if seen is None else seen
+    if func in seen:
+        return False
+    seen.add(func)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    names = getattr(func, "__globals__", {})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == "scripts.train":
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            callee = names.get(node.func.id)
+            if _is_train(callee) or (_in_tests(callee) and runs_training(callee, seen)):
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``train`` on every test that runs the training loop (see the module docstring)."""
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        funcs = [item.function]
+        fixture_defs = getattr(item, "_fixtureinfo", None)
+        for defs in fixture_defs.name2fixturedefs.values() if fixture_defs else ():
+            funcs += [d.func for d in defs if _in_tests(d.func)]
+        seen: set[Callable] = set()
+        if any(runs_training(func, seen) for func in funcs):
+            item.add_marker(pytest.mark.train)
 
 
 @pytest.fixture

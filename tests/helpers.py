@@ -7,6 +7,15 @@ from pathlib import Path
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 
+ROOT = Path(__file__).resolve().parents[1]
+# ``python -m scripts.train`` overrides for a run of seconds on the cue memory task.
+TINY_TRAIN_OVERRIDES = [
+    "env=cue_memory", "env.num_envs=4", "train.progress_bar=false", "train.learning_starts=100",
+    "train.updates_per_step=0.25", "train.checkpoint_every_env_steps=200", "eval.every_env_steps=200",
+    "eval.episodes=4", "network.units=16", "network.pre_layers=[16]", "replay.capacity=4000",
+    "replay.burn_in=2", "replay.trace_length=4", "agent.batch_size=8", "agent.n_step=2",
+]  # fmt: skip
+
 
 def event_tags(run_dir: Path) -> set[str]:
     """Every TensorBoard tag written under ``run_dir/tb``."""

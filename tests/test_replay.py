@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.actor import Actor, EpsilonGreedy
-from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork
 from agents.replay import SequenceReplay
-from envs import EnvConfig, make_vec_env
 
 
 def _replay(capacity: int = 20, envs: int = 2, seq_len: int = 4, zero: bool = False) -> SequenceReplay:
@@ -64,55 +61,6 @@ def test_state_dict_round_trip_keeps_sampling_stream() -> None:
     got_a, got_b = a.sample(16), b.sample(16)
     for k, v in got_a.items():
         np.testing.assert_array_equal(v, got_b[k])
-
-
-def test_actor_rows_mark_episode_ends() -> None:
-    """With NEXT_STEP autoreset the final observation gets its own row: valid=0, then first=1."""
-    env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
-    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[]), 2, 2, name="online_q")
-    policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0)
-    replay = SequenceReplay(
-        64, 2, 4, {"obs": ((2,), np.float32), "action": ((), np.int32)}, state_dim=8, seed=0
-    )
-    actor = Actor(env, policy, replay, seed=0)
-    returns = []
-    for _ in range(12):
-        returns += actor.step().returns
-    d = {k: v[:12, 0] for k, v in replay.data.items()}
-    # Episode: 3 steps (obs t=0,1,2; terminated after the query at t=2) + 1 final-observation row.
-    np.testing.assert_array_equal(d["first"], [1, 0, 0, 0] * 3)
-    np.testing.assert_array_equal(d["valid"], [1, 1, 1, 0] * 3)
-    np.testing.assert_array_equal(d["terminated"], [0, 0, 1, 0] * 3)
-    assert (d["reward"][[0, 1, 3]] == 0).all() and (np.abs(d["reward"][2::4]) == 1).all()
-    assert (np.abs(d["obs"][0::4, 0]) == 1).all()  # cue visible at every episode start
-    assert (d["state"][0::4] == 0).all()  # state zeroed at episode start
-    assert (d["state"][1::4] != 0).any()  # and carried within the episode
-    assert len(returns) == 6  # 3 episodes x 2 envs
-
-
-def test_actor_previous_action_is_one_hot_and_zero_at_episode_start() -> None:
-    """network.inputs for discrete actions: the stored previous action is one-hot, none at a start."""
-    env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
-    inputs = ["prev_action", "prev_reward"]
-    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[], inputs=inputs), 2 + 2 + 1, 2, name="q")
-    policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0, inputs=inputs)
-    fields = {
-        "obs": ((2,), np.float32),
-        "action": ((), np.int32),
-        "prev_action": ((2,), np.float32),
-        "prev_reward": ((), np.float32),
-    }
-    replay = SequenceReplay(64, 2, 4, fields, state_dim=8, seed=0)
-    actor = Actor(env, policy, replay, seed=0)
-    for _ in range(12):
-        actor.step()
-    d = {k: v[:12, 0] for k, v in replay.data.items()}
-    starts = d["first"] == 1
-    assert starts.sum() == 3
-    assert (d["prev_action"][starts] == 0).all() and (d["prev_reward"][starts] == 0).all()
-    rest = np.flatnonzero(~starts)
-    np.testing.assert_array_equal(d["prev_action"][rest], np.eye(2)[d["action"][rest - 1]])
-    np.testing.assert_array_equal(d["prev_reward"][rest], d["reward"][rest - 1])
 
 
 def test_end_episodes_closes_open_episodes_so_no_target_crosses_a_resume() -> None:

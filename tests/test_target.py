@@ -56,19 +56,23 @@ def test_tau_one_copies_and_tau_zero_changes_nothing() -> None:
         np.testing.assert_array_equal(v, _weights(online)[k])
 
 
-def test_integer_seed_state_is_never_averaged() -> None:
-    online, target, updater = _pair()
-    ints = [
-        v
-        for v in online.non_trainable_variables + target.non_trainable_variables
-        if not v.dtype.startswith("float")
-    ]
-    before = [np.asarray(v).copy() for v in ints]
+def _seed(net: RecurrentNetwork) -> tuple[object, np.ndarray]:
+    """The one int64 seed variable Keras 3 keeps for the network's recurrent cell, and its value."""
+    (seed,) = [v for v in net.non_trainable_variables if v.dtype == "int64"]
+    return seed, np.asarray(seed).copy()
+
+
+def test_integer_seed_state_is_never_averaged_or_copied() -> None:
+    online, target, updater = _pair("lstm")
+    (online_seed, o0), (target_seed, t0) = _seed(online), _seed(target)
+    assert not np.array_equal(o0, t0)  # different seeds, so averaging or copying would show
+    w_online, w_target0 = _weights(online), _weights(target)
     updater(0.5)
-    for v, b in zip(ints, before, strict=True):
-        np.testing.assert_array_equal(np.asarray(v), b)
-    paired = {o.path for o, _ in updater.soft_pairs + updater.copy_pairs}
-    assert all(p.startswith("online_q/") for p in paired)
+    np.testing.assert_array_equal(np.asarray(target_seed), t0)
+    np.testing.assert_array_equal(np.asarray(online_seed), o0)
+    for name, w in _weights(target).items():  # the update did run on the float weights
+        np.testing.assert_allclose(w, (w_online[name] + w_target0[name]) / 2, rtol=1e-6, atol=1e-7)
+    assert all(v.dtype.startswith("float") for pair in updater.soft_pairs + updater.copy_pairs for v in pair)
 
 
 def test_pairing_is_by_path_and_rejects_mismatch() -> None:
