@@ -168,7 +168,7 @@ INVALID = [
     ("network.pre_layers", [0], "widths >= 1", "rdqn"),
     ("network.post_layers", [16, 0], "widths >= 1", "rddpg"),
     ("network.post_layers", [], "at least one layer for agent=rddpg/rtd3", "rddpg"),
-    ("network.kernel", "cudnn", "auto|native|graph|scan", "rdqn"),
+    ("network.backend", "cudnn", "auto|native|graph|scan", "rdqn"),
     ("replay.burn_in", -1, "integers >= 0", "rdqn"),
     ("replay.trace_length", 0, "integers >= 1", "rdqn"),
     ("replay.initial_state", "random", "stored|zero", "rddpg"),
@@ -213,10 +213,10 @@ def test_each_bad_value_names_its_own_key(key: str, value, allowed: str, kind: s
     assert "\n" not in message
 
 
-def test_native_kernel_needs_an_lstm_cell() -> None:
+def test_native_backend_needs_an_lstm_cell() -> None:
     config = Config()
-    config.network.cell, config.network.kernel = "gru", "native"
+    config.network.cell, config.network.backend = "gru", "native"
     with pytest.raises(
-        ConfigError, match=r"^network\.kernel='native' is invalid: allowed auto\|graph\|scan for cell=gru$"
+        ConfigError, match=r"^network\.backend='native' is invalid: allowed auto\|graph\|scan for cell=gru$"
     ):
         validate(config)

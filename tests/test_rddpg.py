@@ -353,7 +353,7 @@ def test_numpy_policy_matches_the_tf_actor_step_by_step():
     learner = make_learner()
     for net in learner.networks():  # non-trivial observation statistics
         net.encoder.input_mean.assign([0.5, -0.2, 0.1])
-        net.input_std.assign([2.0, 0.5, 1.5])
+        net.encoder.input_std.assign([2.0, 0.5, 1.5])
     batch = random_batch(learner)
     x = learner.features(batch)  # [B, L, F]
     state = tuple(np.split(batch["state"], 2, axis=1))
