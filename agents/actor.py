@@ -9,14 +9,12 @@ any ``tf.function`` dispatch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import gymnasium as gym
 import numpy as np
 
-from agents.exploration import step_features
 from agents.networks import NumpyNetwork, flat_state
 from agents.replay import SequenceReplay
 
@@ -48,55 +46,6 @@ class Policy(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
-
-
-class EpsilonGreedy:
-    """Batched epsilon-greedy over a numpy Q-network: ``[E, O] -> [E]`` int actions.
-
-    ``inputs`` (``network.inputs``) appends the one-hot previous action ``[E, A]`` and/or the
-    previous reward ``[E]`` to the observation, as the learner does from replay.
-    """
-
-    def __init__(
-        self,
-        net: NumpyNetwork,
-        num_actions: int,
-        epsilon: Callable[[], float],
-        seed: int,
-        inputs: Sequence[str] = (),
-    ) -> None:
-        self.net = net
-        self.num_actions = num_actions
-        self.epsilon = epsilon
-        self.inputs = list(inputs)
-        self.rng = np.random.default_rng(seed)
-
-    def act(
-        self,
-        obs: np.ndarray,
-        prev_action: np.ndarray,
-        prev_reward: np.ndarray,
-        state: NpState,
-        explore: bool,
-    ) -> tuple[np.ndarray, NpState]:
-        if self.inputs:
-            obs = step_features(obs, prev_action, prev_reward, self.inputs, None)
-        q, state = self.net.step(obs, state)  # [E, A]
-        action = q.argmax(axis=1).astype(np.int32)
-        if explore:
-            eps = self.epsilon()
-            random = self.rng.random(len(action)) < eps
-            action = np.where(random, self.rng.integers(0, self.num_actions, len(action)), action)
-        return action.astype(np.int32), state
-
-    def episode_start(self, envs: np.ndarray) -> None:
-        """Epsilon-greedy keeps no per-episode exploration state."""
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Nothing besides ``rng`` to restore."""
 
 
 @dataclass

@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 
 from agents import kernels
-from agents.cells import RecurrentCore, State
+from agents.core import RecurrentCore, State
 from agents.encoder import Encoder, dense_stack
 from agents.networks import NetworkConfig
 
@@ -89,9 +89,9 @@ class ActorCriticNetwork(keras.Model):
         """Zero state: tuple of ``[B, U]``."""
         return self.core.initial_state(batch_size)
 
-    def encode(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """History features: ``inputs`` ``[B, T, F]``, ``reset`` ``[B, T]`` -> ``[B, T, U]``, final state."""
-        return self.core.unroll(self.encoder(inputs), state, reset)
+    def encode(self, inputs: tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
+        """History features: ``inputs`` ``[B, T, F]``, ``first`` ``[B, T]`` -> ``[B, T, U]``, final state."""
+        return self.core.unroll(self.encoder(inputs), state, first)
 
     def policy(self, h: tf.Tensor) -> tf.Tensor:
         """Deterministic action in ``[-1, 1]``: ``[B, T, U] -> [B, T, A]``."""

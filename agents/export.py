@@ -69,15 +69,15 @@ class PolicyModule(tf.Module):
         if self.prev_action:
             x = tf.concat([x, state[:, start:]], axis=-1)
         x = x[:, None, :]  # [B, 1, F]
-        reset = tf.zeros(tf.shape(x)[:2], tf.float32)
+        first = tf.zeros(tf.shape(x)[:2], tf.float32)
         if self.discrete:
-            q, new_state = self.net.unroll(x, tuple(parts), reset)
+            q, new_state = self.net.unroll(x, tuple(parts), first)
             q = q[:, 0]
             action = tf.argmax(q, axis=-1, output_type=tf.int32)
             taken = tf.one_hot(action, self.num_actions)
             out = {"action": action, "q_values": q}
         else:
-            h, new_state = self.net.encode(x, tuple(parts), reset)
+            h, new_state = self.net.encode(x, tuple(parts), first)
             taken = self.net.policy(h)[:, 0]  # [-1, 1]
             mean = self.center + self.half * taken
             out = {"action": mean, "action_mean": mean}

@@ -6,12 +6,12 @@
 * ``native``: the C++ ops of :mod:`agents.native` (CPU only): the LSTM recurrence, and every
   LayerNorm dense layer as one fused op each way.
 * ``graph``: the recurrence unrolled in the TF graph with a hand-written gradient
-  (:mod:`agents.fastrnn`; ``lstm``, and ``gru`` with ``reset_after``); TF ops for the dense layers.
+  (:mod:`agents.sequence_kernels`; ``lstm``, and ``gru`` with ``reset_after``); TF ops for the dense layers.
 * ``scan``: the reference ``tf.scan`` recurrence with autodiff; every cell.
 * ``auto``: ``native`` for what it covers where the ops load and TF sees no GPU, ``graph`` for the
   recurrence where the cell allows, else ``scan``. Without the ops it logs one warning and goes on.
 
-All of them give the same values and gradients to float32 round-off (tests/test_fastrnn.py,
+All of them give the same values and gradients to float32 round-off (tests/test_sequence_kernels.py,
 tests/test_native.py).
 """
 
@@ -49,7 +49,7 @@ class KernelChoice:
 
 
 def graph_supports(cell: str, reset_after: bool = True) -> bool:
-    """Whether :mod:`agents.fastrnn` has a graph kernel for this cell."""
+    """Whether :mod:`agents.sequence_kernels` has a graph kernel for this cell."""
     return cell == "lstm" or (cell == "gru" and reset_after)
 
 

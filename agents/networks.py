@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import kernels
-from agents.cells import CELLS, RecurrentCore, State, core_weights, numpy_core_step
+from agents.core import CELLS, RecurrentCore, State, core_weights, numpy_core_step
 from agents.encoder import Encoder, NumpyEncoder, dense_stack, numpy_dense_relu, numpy_dense_relu_step
 from envs.config import check
 
@@ -109,9 +109,9 @@ class RecurrentNetwork(keras.Model):
         """Zero state: tuple of ``[B, U]``."""
         return self.core.initial_state(batch_size)
 
-    def unroll(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """``inputs`` ``[B, T, F]``, ``state`` tuple of ``[B, U]``, ``reset`` ``[B, T]`` -> ``[B, T, O]``."""
-        x, final_state = self.core.unroll(self.encoder(inputs), state, reset)
+    def unroll(self, inputs: tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
+        """``inputs`` ``[B, T, F]``, ``state`` tuple of ``[B, U]``, ``first`` ``[B, T]`` -> ``[B, T, O]``."""
+        x, final_state = self.core.unroll(self.encoder(inputs), state, first)
         for layer in self.post:
             x = layer(x)
         return self.head(x), final_state

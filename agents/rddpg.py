@@ -10,7 +10,7 @@ burn-in, stored state and n-step returns as :mod:`agents.rdqn`. One compiled ste
     actor loss  = mean_valid -Q_1(h_t, mu(h_t)) + c pre_t^2    # every policy_delay updates
     targets <- targets + tau * (online - targets)        # every target_update_period updates
 
-Actions are in ``[-1, 1]`` inside the learner (replay keeps env units; see agents.exploration).
+Actions are in ``[-1, 1]`` inside the learner (replay keeps env units; see agents.policies).
 The critic never acts, so no critic state is recorded: a separate critic core starts every sampled
 sequence from zeros and is warmed by the burn-in; the actor (and a shared core) starts from the
 stored state, or zeros with ``replay.initial_state=zero``.
@@ -27,7 +27,9 @@ import tensorflow as tf
 from agents.actor_critic import ActorCriticNetwork, actor_and_critic, trained_by_each_loss
 from agents.agent import StepCounter, register, validate_common
 from agents.compiled import CompiledStep
-from agents.exploration import (
+from agents.networks import NetworkConfig, NumpyNetwork, split_state
+from agents.optim import FusedAdam
+from agents.policies import (
     ActionScaler,
     DeterministicPolicy,
     GaussianNoise,
@@ -35,8 +37,6 @@ from agents.exploration import (
     feature_width,
     step_features,
 )
-from agents.networks import NetworkConfig, NumpyNetwork, split_state
-from agents.optim import FusedAdam
 from agents.returns import masked_mean, n_step_targets
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
@@ -251,26 +251,26 @@ class RDDPGLearner:
         feed["action"] = self.scaler.from_env(batch["action"])
         return self._run_step(feed)
 
-    def bootstrap_value(self, x: tf.Tensor, state: tuple, reset: tf.Tensor, noise: tf.Tensor) -> tf.Tensor:
+    def bootstrap_value(self, x: tf.Tensor, state: tuple, first: tf.Tensor, noise: tf.Tensor) -> tf.Tensor:
         """``V(s_j) = min_i Q'_i(h_j, clip(mu'(h_j) + clip(noise)))`` from the targets: ``[B, L]``.
 
         ``noise`` ``[B, L, A]`` is the (unclipped) target-policy smoothing noise.
         """
         cfg = self.config
-        h, _ = self.target_actor.encode(x, state, reset)
+        h, _ = self.target_actor.encode(x, state, first)
         smoothing = tf.clip_by_value(noise, -cfg.noise_clip, cfg.noise_clip)
         action = tf.clip_by_value(self.target_actor.policy(h) + smoothing, -1.0, 1.0)
         if not cfg.shared_core:
-            h, _ = self.target_critic.encode(x, self.target_critic.initial_state(tf.shape(x)[0]), reset)
+            h, _ = self.target_critic.encode(x, self.target_critic.initial_state(tf.shape(x)[0]), first)
         q = self.target_critic.q(h, action)
         return tf.stop_gradient(tf.reduce_min(tf.stack(q), axis=0))
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length
-        x, reset, action = batch["x"], batch["first"], batch["action"]
+        x, first, action = batch["x"], batch["first"], batch["action"]
         actor_state = split_state(batch["state"], self.online_actor.state_sizes)
         noise = cfg.target_noise * self.noise_rng.normal(tf.shape(action))
-        value = self.bootstrap_value(x, actor_state, reset, noise)  # [B, L]
+        value = self.bootstrap_value(x, actor_state, first, noise)  # [B, L]
         target = n_step_targets(
             batch["reward"][:, bi:],
             batch["terminated"][:, bi:],
@@ -281,22 +281,22 @@ class RDDPGLearner:
         )  # [B, T]
         critic_state = actor_state if cfg.shared_core else self.online_critic.initial_state(cfg.batch_size)
         if bi > 0:  # R2D2 burn-in: warm the online states, no gradient
-            _, critic_state = self.online_critic.encode(x[:, :bi], critic_state, reset[:, :bi])
+            _, critic_state = self.online_critic.encode(x[:, :bi], critic_state, first[:, :bi])
             critic_state = tuple(tf.stop_gradient(s) for s in critic_state)
             if not cfg.shared_core:
-                _, actor_state = self.online_actor.encode(x[:, :bi], actor_state, reset[:, :bi])
+                _, actor_state = self.online_actor.encode(x[:, :bi], actor_state, first[:, :bi])
                 actor_state = tuple(tf.stop_gradient(s) for s in actor_state)
-        trace_x, trace_reset = x[:, bi : bi + tl], reset[:, bi : bi + tl]
+        trace_x, trace_first = x[:, bi : bi + tl], first[:, bi : bi + tl]
         mask = batch["valid"][:, bi : bi + tl]
         with tf.GradientTape(persistent=True) as tape:
-            h_critic, _ = self.online_critic.encode(trace_x, critic_state, trace_reset)  # [B, T, U]
+            h_critic, _ = self.online_critic.encode(trace_x, critic_state, trace_first)  # [B, T, U]
             q_taken = self.online_critic.q(h_critic, action[:, bi : bi + tl])  # list of [B, T]
             td_errors = [target - q for q in q_taken]
             critic_loss = tf.add_n([masked_mean(tf.square(d), mask) for d in td_errors])
             if cfg.shared_core:
                 h_actor = tf.stop_gradient(h_critic)
             else:
-                h_actor, _ = self.online_actor.encode(trace_x, actor_state, trace_reset)
+                h_actor, _ = self.online_actor.encode(trace_x, actor_state, trace_first)
             preactivation = self.online_actor.policy_preactivation(h_actor)  # [B, T, A]
             policy_action = tf.tanh(preactivation)
             q_policy = self.online_critic.q(tf.stop_gradient(h_critic), policy_action, index=0)[0]

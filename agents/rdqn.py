@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from agents.actor import EpsilonGreedy
 from agents.agent import StepCounter, register, validate_common
 from agents.compiled import CompiledStep
-from agents.exploration import feature_width, step_features
 from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork, split_state
 from agents.optim import FusedAdam
+from agents.policies import EpsilonGreedy, feature_width, step_features
 from agents.returns import huber, masked_mean, n_step_targets
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
@@ -184,15 +183,15 @@ class RDQNLearner:
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length
-        obs, reset = batch["obs"], batch["first"]
+        obs, first = batch["obs"], batch["first"]
         state = split_state(batch["state"], self.online_q.state_sizes)
-        q_target, _ = self.target_q.unroll(obs, state, reset)  # [B, L, A]
+        q_target, _ = self.target_q.unroll(obs, state, first)  # [B, L, A]
         if bi > 0:  # R2D2 burn-in: warm the online state, no gradient
-            _, state = self.online_q.unroll(obs[:, :bi], state, reset[:, :bi])
+            _, state = self.online_q.unroll(obs[:, :bi], state, first[:, :bi])
             state = tuple(tf.stop_gradient(s) for s in state)
         variables = self.online_q.trainable_variables
         with tf.GradientTape() as tape:
-            q_trace, state = self.online_q.unroll(obs[:, bi : bi + tl], state, reset[:, bi : bi + tl])
+            q_trace, state = self.online_q.unroll(obs[:, bi : bi + tl], state, first[:, bi : bi + tl])
             action = batch["action"][:, bi : bi + tl]
             q_taken = tf.gather(q_trace, action, batch_dims=2)  # [B, T]
             # Bootstrap value V(s_j): double DQN scores the online argmax with the target net.
@@ -201,7 +200,7 @@ class RDQNLearner:
                 # they are unrolled from the trace's stopped final state and no backward runs there.
                 with tape.stop_recording():
                     state = tuple(tf.stop_gradient(s) for s in state)
-                    q_tail, _ = self.online_q.unroll(obs[:, bi + tl :], state, reset[:, bi + tl :])
+                    q_tail, _ = self.online_q.unroll(obs[:, bi + tl :], state, first[:, bi + tl :])
                 q_online = tf.concat([q_trace, q_tail], axis=1)  # [B, T+n, A]
                 greedy = tf.argmax(q_online, axis=-1, output_type=tf.int32)
                 value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)

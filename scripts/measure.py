@@ -35,7 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import cells
+from agents import core
 from agents.config import Config
 from agents.loop import Counters, build_agent
 from envs import describe_env
@@ -82,7 +82,7 @@ def _dense_flops(layers: list) -> int:
     return sum(2 * int(layer.kernel.shape[0]) * int(layer.kernel.shape[1]) for layer in layers)
 
 
-def _core_flops(core: cells.RecurrentCore) -> int:
+def _core_flops(core: core.RecurrentCore) -> int:
     rows = int(core.cell.kernel.shape[0]) + (0 if core.cell_kind == "mlp" else core.units)
     return 2 * rows * int(core.cell.kernel.shape[1])
 

@@ -14,8 +14,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.actor import Actor, EpsilonGreedy, evaluate
+from agents.actor import Actor, evaluate
 from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork
+from agents.policies import EpsilonGreedy
 from agents.replay import SequenceReplay
 from envs import EnvConfig, make_vec_env
 

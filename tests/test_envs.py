@@ -73,7 +73,7 @@ def test_vec_env_next_step_autoreset() -> None:
     _, r0, term0, _, _ = vec.step(np.zeros(3, np.int64))
     obs, r1, term1, _, _ = vec.step(np.zeros(3, np.int64))  # query step: episode ends
     assert term1.all() and not term0.any()
-    obs, r2, term2, trunc2, _ = vec.step(np.zeros(3, np.int64))  # ignored action, reset
+    obs, r2, term2, trunc2, _ = vec.step(np.zeros(3, np.int64))  # ignored action, first
     assert (r2 == 0).all() and not term2.any() and not trunc2.any()
     assert (np.abs(obs[:, 0]) == 1).all()  # first observation of a new episode shows the cue
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents import fastrnn, native
+from agents import native, sequence_kernels
 from agents.encoder import DenseReLU
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ def _run(inputs, use_native: bool) -> list[np.ndarray]:
     x, kernel, bias, keep, h0, c0, rk, w = inputs
     with tf.GradientTape() as tape:
         tape.watch([x, kernel, bias, h0, c0, rk])
-        hs, h, c = fastrnn.lstm_sequence(x, kernel, bias, keep, h0, c0, rk, native=use_native)
+        hs, h, c = sequence_kernels.lstm_sequence(x, kernel, bias, keep, h0, c0, rk, native=use_native)
         loss = tf.reduce_sum(hs * w) + tf.reduce_sum(h * h) + tf.reduce_sum(tf.sin(c))
     return [np.asarray(v) for v in (hs, h, c, *tape.gradient(loss, [x, kernel, bias, h0, c0, rk]))]
 
@@ -58,7 +58,7 @@ def test_native_runs_with_an_unknown_length() -> None:
 
     @tf.function(input_signature=[tf.TensorSpec([2, None, 3]), tf.TensorSpec([2, None])])
     def unroll(x, keep):
-        return fastrnn.lstm_sequence(x, kernel, bias, keep, h0, c0, rk, native=True)[0]
+        return sequence_kernels.lstm_sequence(x, kernel, bias, keep, h0, c0, rk, native=True)[0]
 
     np.testing.assert_allclose(unroll(x, keep), _run(_inputs(6, 2, 4), False)[0], rtol=2e-5, atol=2e-5)
     assert unroll(x[:, :3], keep[:, :3]).shape == (2, 3, 4)
@@ -70,7 +70,7 @@ def test_the_backward_op_is_deterministic() -> None:
     thread was free (training is deterministic per seed)."""
     ops = native.load()
     inputs, kernel, bias, keep, h0, c0, rk, dhs = _inputs(43, 8, 16, features=5)
-    x = fastrnn.project(inputs, kernel, bias)
+    x = sequence_kernels.project(inputs, kernel, bias)
     _, _, _, cs, act, hm, cm = ops.recurrl_lstm_forward(x, keep, h0, c0, rk)
     saved = (cs, act, cm, hm, inputs, kernel)
     runs = [ops.recurrl_lstm_backward(dhs, h0, c0, keep, rk, *saved) for _ in range(30)]
@@ -83,7 +83,7 @@ def test_the_backward_op_is_deterministic() -> None:
 def test_the_op_rejects_inconsistent_shapes() -> None:
     ops = native.load()
     inputs, kernel, bias, keep, h0, c0, rk, _ = _inputs(3, 2, 4)
-    x = fastrnn.project(inputs, kernel, bias)
+    x = sequence_kernels.project(inputs, kernel, bias)
     with pytest.raises(tf.errors.InvalidArgumentError, match="4 \\* units"):
         ops.recurrl_lstm_forward(x[:, :, :-1], keep, h0, c0, rk)
     with pytest.raises(tf.errors.InvalidArgumentError, match="h0 and c0"):
@@ -230,7 +230,7 @@ def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path
 def test_native_drifts_from_the_reference_no_more_than_the_graph_kernel() -> None:
     """Over 150 rdqn updates round-off compounds; the native kernel must stay as close to the
     tf.scan reference as the graph kernel does (a wrong gradient term would drift much faster)."""
-    from tests.test_fastrnn import _learner_after_updates
+    from tests.test_sequence_kernels import _learner_after_updates
 
     weights = {name: _learner_after_updates(150, "lstm", name)[0] for name in ("native", "graph", "scan")}
 

@@ -26,17 +26,17 @@ def _net(cell: str, reset_after: bool, name: str = "online_q", units: int = 6) -
 def _inputs(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(B, T, F)).astype(np.float32)
-    reset = np.zeros((B, T), np.float32)
-    reset[1, 3] = 1.0
-    return x, reset
+    first = np.zeros((B, T), np.float32)
+    first[1, 3] = 1.0
+    return x, first
 
 
-def _numpy_unroll(net: RecurrentNetwork, x: np.ndarray, reset: np.ndarray) -> np.ndarray:
+def _numpy_unroll(net: RecurrentNetwork, x: np.ndarray, first: np.ndarray) -> np.ndarray:
     """The numpy acting mirror stepped over ``x`` ``[B, T, F]``: ``[B, T, A]``."""
     mirror = NumpyNetwork(net)
     state, outs = mirror.initial_state(B), []
     for t in range(T):
-        state = tuple(s * (1.0 - reset[:, t, None]) for s in state)
+        state = tuple(s * (1.0 - first[:, t, None]) for s in state)
         o, state = mirror.step(x[:, t], state)
         outs.append(o)
     return np.stack(outs, 1)
@@ -45,8 +45,8 @@ def _numpy_unroll(net: RecurrentNetwork, x: np.ndarray, reset: np.ndarray) -> np
 @pytest.mark.parametrize(("cell", "reset_after"), CASES)
 def test_shapes(cell: str, reset_after: bool) -> None:
     net = _net(cell, reset_after)
-    x, reset = _inputs()
-    out, state = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    x, first = _inputs()
+    out, state = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
     assert out.shape == (B, T, A)
     assert tuple(s.shape for s in state) == tuple((B, u) for u in net.state_sizes)
     assert net.state_sizes == {"lstm": (6, 6), "lstm_peephole": (6, 6), "gru": (6,), "mlp": ()}[cell]
@@ -56,27 +56,27 @@ def test_shapes(cell: str, reset_after: bool) -> None:
 def test_step_by_step_equals_full_unroll(cell: str, reset_after: bool) -> None:
     """TF one step at a time, and the numpy actor mirror, both match the full sequence unroll."""
     net = _net(cell, reset_after)
-    x, reset = _inputs()
-    full, final = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    x, first = _inputs()
+    full, final = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
     state, outs = net.initial_state(B), []
     for t in range(T):
-        o, state = net.unroll(tf.constant(x[:, t : t + 1]), state, tf.constant(reset[:, t : t + 1]))
+        o, state = net.unroll(tf.constant(x[:, t : t + 1]), state, tf.constant(first[:, t : t + 1]))
         outs.append(o[:, 0])
     np.testing.assert_allclose(np.stack(outs, 1), full, atol=1e-5)
     for a, b in zip(state, final, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    np.testing.assert_allclose(_numpy_unroll(net, x, reset), full, atol=1e-5)
+    np.testing.assert_allclose(_numpy_unroll(net, x, first), full, atol=1e-5)
 
 
 @pytest.mark.parametrize(("cell", "reset_after"), CASES[:4])
 def test_reset_zeroes_state(cell: str, reset_after: bool) -> None:
-    """After a reset flag, outputs equal a fresh unroll from zeros of the remaining inputs."""
+    """After a first flag, outputs equal a fresh unroll from zeros of the remaining inputs."""
     net = _net(cell, reset_after)
     x, _ = _inputs()
-    reset = np.zeros((B, T), np.float32)
-    reset[:, 4] = 1.0
+    first = np.zeros((B, T), np.float32)
+    first[:, 4] = 1.0
     warm = tuple(tf.ones([B, u]) for u in net.state_sizes)
-    out, _ = net.unroll(tf.constant(x), warm, tf.constant(reset))
+    out, _ = net.unroll(tf.constant(x), warm, tf.constant(first))
     fresh, _ = net.unroll(tf.constant(x[:, 4:]), net.initial_state(B), tf.zeros([B, T - 4]))
     np.testing.assert_allclose(out[:, 4:], fresh, atol=1e-6)
     assert not np.allclose(
@@ -117,14 +117,14 @@ def test_trained_core_weights_load_into_keras(cell: str, backend: str) -> None:
     cfg = NetworkConfig(cell=cell, units=6, pre_layers=[], backend=backend)
     net = RecurrentNetwork(cfg, F, A, name="online_q")
     assert net.kernels.recurrence == backend
-    x, reset = _inputs()
+    x, first = _inputs()
     target = tf.constant(np.random.default_rng(1).normal(size=(B, T, 6)).astype(np.float32))
     weights = net.core.trainable_variables
     before = [np.asarray(w) for w in weights]
     optimizer = keras.optimizers.Adam(0.05)
     for _ in range(3):
         with tf.GradientTape() as tape:
-            out, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+            out, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
             loss = tf.reduce_mean((out - target) ** 2)
         optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
     assert all(not np.allclose(a, np.asarray(w)) for a, w in zip(before, weights, strict=True))
@@ -165,10 +165,10 @@ def test_running_normalizer_matches_batch_statistics_and_both_paths_apply_it() -
     np.testing.assert_allclose(norm.std, np.maximum(data.std(0), 1e-2), rtol=1e-9)
     cfg = NetworkConfig(cell="lstm", units=6, pre_layers=[8])
     net = RecurrentNetwork(cfg, F, A, name="online_q", norm_dim=F)
-    x, reset = _inputs()
-    before, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    x, first = _inputs()
+    before, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
     norm.push([net])
-    after, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
+    after, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
     assert not np.allclose(before, after)
     scaled = np.clip((x - norm.mean) / norm.std, -5, 5).astype(np.float32)
     plain = RecurrentNetwork(
@@ -177,12 +177,12 @@ def test_running_normalizer_matches_batch_statistics_and_both_paths_apply_it() -
     for v, w in zip(plain.trainable_variables, net.trainable_variables, strict=True):
         v.assign(w)
     np.testing.assert_allclose(
-        after, plain.unroll(tf.constant(scaled), plain.initial_state(B), tf.constant(reset))[0], atol=1e-5
+        after, plain.unroll(tf.constant(scaled), plain.initial_state(B), tf.constant(first))[0], atol=1e-5
     )
     mirror, state, outs = NumpyNetwork(net), None, []
     state = mirror.initial_state(B)
     for t in range(T):
-        state = tuple(s * (1.0 - reset[:, t, None]) for s in state)
+        state = tuple(s * (1.0 - first[:, t, None]) for s in state)
         o, state = mirror.step(x[:, t], state)
         outs.append(o)
     np.testing.assert_allclose(np.stack(outs, 1), after, atol=1e-5)
@@ -198,11 +198,11 @@ def test_layer_norm_matches_keras_and_the_numpy_mirror() -> None:
     layer = net.encoder.pre[0]
     layer.ln_gamma.assign(np.linspace(0.5, 1.5, 8).astype(np.float32))
     layer.ln_beta.assign(np.linspace(-0.2, 0.2, 8).astype(np.float32))
-    x, reset = _inputs()
+    x, first = _inputs()
     ref = keras.layers.LayerNormalization(epsilon=1e-3)
     ref.build((None, 8))
     ref.set_weights([np.asarray(layer.ln_gamma), np.asarray(layer.ln_beta)])
     dense = tf.matmul(tf.constant(x), layer.kernel) + layer.bias
     np.testing.assert_allclose(layer(tf.constant(x)), tf.nn.relu(ref(dense)), atol=1e-5)
-    full, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(reset))
-    np.testing.assert_allclose(_numpy_unroll(net, x, reset), full, atol=1e-5)
+    full, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
+    np.testing.assert_allclose(_numpy_unroll(net, x, first), full, atol=1e-5)

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 from agents.config import Config, EvalConfig, TrainConfig, validate, validate_for_env
-from agents.exploration import ActionScaler
 from agents.loop import Counters, train
 from agents.networks import NetworkConfig, NumpyNetwork
+from agents.policies import ActionScaler
 from agents.rddpg import RDDPGConfig, RDDPGLearner, build_rddpg
 from agents.replay import ReplayConfig
 from envs import describe_env
@@ -129,14 +129,14 @@ def test_td3_target_is_min_of_twins_with_clipped_smoothing():
     b, length = batch["reward"].shape
     x = tf.constant(learner.features(batch))
     state = tuple(tf.constant(s) for s in np.split(batch["state"], 2, axis=1))
-    reset = tf.zeros([b, length])
+    first = tf.zeros([b, length])
     noise = np.random.default_rng(1).normal(size=(b, length, 2)).astype(np.float32) * 2.0  # often > clip
-    value = learner.bootstrap_value(x, state, reset, tf.constant(noise)).numpy()
+    value = learner.bootstrap_value(x, state, first, tf.constant(noise)).numpy()
     # By hand: the target actor's action, plus noise clipped to +-0.3, clipped to [-1, 1].
-    h_actor, _ = learner.target_actor.encode(x, state, reset)
+    h_actor, _ = learner.target_actor.encode(x, state, first)
     mu = learner.target_actor.policy(h_actor).numpy()
     action = np.clip(mu + np.clip(noise, -0.3, 0.3), -1.0, 1.0)
-    h_critic, _ = learner.target_critic.encode(x, learner.target_critic.initial_state(b), reset)
+    h_critic, _ = learner.target_critic.encode(x, learner.target_critic.initial_state(b), first)
     q1, q2 = (q.numpy() for q in learner.target_critic.q(h_critic, tf.constant(action)))
     assert np.abs(q1 - q2).min() > 0  # the min below really picks
     np.testing.assert_allclose(value, np.minimum(q1, q2), rtol=1e-5, atol=1e-5)
@@ -373,7 +373,7 @@ def test_numpy_policy_matches_the_tf_actor_step_by_step():
 
 def test_ou_noise_restarts_at_episode_starts_and_is_checkpointed():
     from agents.actor import Actor
-    from agents.exploration import OUNoise
+    from agents.policies import OUNoise
     from envs import make_vec_env
 
     noise = OUNoise(0.3, 0.15, np.random.default_rng(0))

@@ -19,7 +19,8 @@ or TF rebuilds instead of loading a stale library. A cached library loads withou
   owned by this user and not group/world-writable, otherwise it is not used at all.
 * The compiler is ``$RECURRL_CXX``, else ``$CXX``, else ``c++``/``g++`` (``RECURRL_CXX=/nonexistent``
   hides it). Where none exists, :func:`load` raises :class:`NativeUnavailable` and
-  ``network.backend=auto`` uses the TF-graph kernels of :mod:`agents.fastrnn` (:mod:`agents.kernels`).
+  ``network.backend=auto`` uses the TF-graph kernels of :mod:`agents.sequence_kernels`
+  (:mod:`agents.kernels` decides).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fused kernels (native C++ ops, agents/fastrnn.py graph) equal the reference tf.scan path."""
+"""The fused kernels (native C++ ops, agents/sequence_kernels.py graph) equal the reference tf.scan path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents import cells, kernels, native
+from agents import core, kernels, native
 from agents.networks import NetworkConfig, RecurrentNetwork
 from agents.rdqn import RDQNConfig, RDQNLearner
 
@@ -34,18 +34,18 @@ def _case(cell: str, seed: int = 0):
     net = RecurrentNetwork(NetworkConfig(cell=cell, units=6, pre_layers=[8], post_layers=[5]), F, A, name="q")
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.normal(size=(B, T, F)).astype(np.float32))
-    reset = np.zeros((B, T), np.float32)
-    reset[0, 0] = reset[1, 3] = reset[2, 6] = 1.0
+    first = np.zeros((B, T), np.float32)
+    first[0, 0] = first[1, 3] = first[2, 6] = 1.0
     state = tuple(tf.constant(rng.normal(size=(B, u)).astype(np.float32)) for u in net.state_sizes)
     weights = tf.constant(rng.normal(size=(B, T, A)).astype(np.float32))
-    return net, x, tf.constant(reset), state, weights
+    return net, x, tf.constant(first), state, weights
 
 
-def _values_and_grads(net, x, reset, state, weights, compiled: bool) -> list[np.ndarray]:
+def _values_and_grads(net, x, first, state, weights, compiled: bool) -> list[np.ndarray]:
     def run(x, state):
         with tf.GradientTape() as tape:
             tape.watch([x, *state])
-            out, final = net.unroll(x, state, reset)
+            out, final = net.unroll(x, state, first)
             # Loss through the outputs and the final state, so every incoming gradient is non-zero.
             loss = tf.reduce_sum(out * weights) + sum(tf.reduce_sum(s * s) for s in final)
         grads = tape.gradient(loss, [*net.trainable_variables, x, *state])
@@ -58,12 +58,12 @@ def _values_and_grads(net, x, reset, state, weights, compiled: bool) -> list[np.
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize(("cell", "name"), FUSED)
 def test_fused_equals_reference_in_values_and_gradients(cell: str, name: str, compiled: bool) -> None:
-    net, x, reset, state, weights = _case(cell)
+    net, x, first, state, weights = _case(cell)
     with kernel(net, name):
         assert net.core.recurrence_for(x) == name
-        fast = _values_and_grads(net, x, reset, state, weights, compiled)
+        fast = _values_and_grads(net, x, first, state, weights, compiled)
     with kernel(net, "scan"):
-        ref = _values_and_grads(net, x, reset, state, weights, compiled)
+        ref = _values_and_grads(net, x, first, state, weights, compiled)
     assert len(fast) == len(ref) == 2 + 2 * len(state) + len(net.trainable_variables)
     for a, b in zip(fast, ref, strict=True):
         assert a.shape == b.shape
@@ -110,7 +110,7 @@ def test_graph_kernel_needs_a_static_length() -> None:
         NetworkConfig(cell="lstm", units=4, pre_layers=[], backend="graph"), F, A, name="q"
     )
     assert net.core.recurrence_for(tf.zeros([B, T, F])) == "graph"
-    assert net.core.recurrence_for(tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F])) == "scan"
+    assert net.core.recurrence_for(tf.zeros([B, core.MAX_STATIC_STEPS + 1, F])) == "scan"
     assert net.core.recurrence_for(tf.TensorSpec([B, None, F])) == "scan"
 
     @tf.function(input_signature=[tf.TensorSpec([B, None, F])])
@@ -124,7 +124,7 @@ def test_graph_kernel_needs_a_static_length() -> None:
 @pytest.mark.native
 def test_auto_runs_the_native_ops_where_they_load() -> None:
     net = RecurrentNetwork(NetworkConfig(cell="lstm", units=4, pre_layers=[]), F, A, name="q")
-    long = tf.zeros([B, cells.MAX_STATIC_STEPS + 1, F])
+    long = tf.zeros([B, core.MAX_STATIC_STEPS + 1, F])
     assert net.kernels.recurrence == net.core.recurrence_for(long) == "native"  # any length
     graph = tf.function(net.call).get_concrete_function(tf.TensorSpec([B, T, F])).graph
     assert "RecurrlLstmForward" in {op.type for op in graph.get_operations()}
@@ -168,7 +168,7 @@ def test_learner_updates_match_reference_path(cell: str, name: str) -> None:
 def test_backward_transpose_is_materialised_and_exact() -> None:
     """The backward loop's ``U^T`` is exact and built by a 3-D transpose, which Grappler does not
     fold into the following matmul's ``transpose_b`` (a 2-D transpose it would)."""
-    from agents.fastrnn import _transpose
+    from agents.sequence_kernels import _transpose
 
     rk = tf.constant(np.random.default_rng(0).normal(size=(6, 24)).astype(np.float32))
     np.testing.assert_array_equal(_transpose(rk), tf.transpose(rk))
@@ -184,18 +184,18 @@ def test_tail_without_backward_gives_the_same_gradients(name: str) -> None:
     The tail (the last n_step rows) only feeds an argmax, so unrolling it from the trace's stopped
     final state, outside the tape, changes neither values nor gradients.
     """
-    net, x, reset, state, weights = _case("lstm")
-    trace = 5  # of T = 7 steps; reset[2, 6] = 1 falls in the tail
+    net, x, first, state, weights = _case("lstm")
+    trace = 5  # of T = 7 steps; first[2, 6] = 1 falls in the tail
 
     def split_and_whole():
         with tf.GradientTape(persistent=True) as tape:
-            q_trace, final = net.unroll(x[:, :trace], state, reset[:, :trace])
+            q_trace, final = net.unroll(x[:, :trace], state, first[:, :trace])
             with tape.stop_recording():
                 q_tail, _ = net.unroll(
-                    x[:, trace:], tuple(tf.stop_gradient(s) for s in final), reset[:, trace:]
+                    x[:, trace:], tuple(tf.stop_gradient(s) for s in final), first[:, trace:]
                 )
             q_split = tf.concat([q_trace, q_tail], axis=1)
-            q_whole, _ = net.unroll(x, state, reset)
+            q_whole, _ = net.unroll(x, state, first)
             # A loss on the trace rows plus an argmax over all rows (no gradient), as in rdqn.
             greedy = tf.cast(tf.argmax(q_split, axis=-1), tf.float32)
             loss_split = tf.reduce_sum(q_trace * weights[:, :trace]) + tf.reduce_sum(greedy)

@@ -1,4 +1,5 @@
-"""Acting for continuous control: the recurrent actor's numpy mirror plus exploration noise.
+"""Acting policies over the numpy network mirror: epsilon-greedy (rdqn) and the deterministic actor
+with exploration noise (rddpg/rtd3), plus the noise processes and action scaling they use.
 
 Actions live in ``[-1, 1]`` inside the agent and are rescaled to the env's bounds at the edge::
 
@@ -10,7 +11,7 @@ whatever the env's units (Pendulum's torque in [-2, 2] and a task in [-1, 1] sha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -94,6 +95,55 @@ class Noise(Protocol):
     def state_dict(self) -> dict[str, np.ndarray]: ...
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
+
+
+class EpsilonGreedy:
+    """Batched epsilon-greedy over a numpy Q-network: ``[E, O] -> [E]`` int actions.
+
+    ``inputs`` (``network.inputs``) appends the one-hot previous action ``[E, A]`` and/or the
+    previous reward ``[E]`` to the observation, as the learner does from replay.
+    """
+
+    def __init__(
+        self,
+        net: NumpyNetwork,
+        num_actions: int,
+        epsilon: Callable[[], float],
+        seed: int,
+        inputs: Sequence[str] = (),
+    ) -> None:
+        self.net = net
+        self.num_actions = num_actions
+        self.epsilon = epsilon
+        self.inputs = list(inputs)
+        self.rng = np.random.default_rng(seed)
+
+    def act(
+        self,
+        obs: np.ndarray,
+        prev_action: np.ndarray,
+        prev_reward: np.ndarray,
+        state: NpState,
+        explore: bool,
+    ) -> tuple[np.ndarray, NpState]:
+        if self.inputs:
+            obs = step_features(obs, prev_action, prev_reward, self.inputs, None)
+        q, state = self.net.step(obs, state)  # [E, A]
+        action = q.argmax(axis=1).astype(np.int32)
+        if explore:
+            eps = self.epsilon()
+            random = self.rng.random(len(action)) < eps
+            action = np.where(random, self.rng.integers(0, self.num_actions, len(action)), action)
+        return action.astype(np.int32), state
+
+    def episode_start(self, envs: np.ndarray) -> None:
+        """Epsilon-greedy keeps no per-episode exploration state."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Nothing besides ``rng`` to restore."""
 
 
 class DeterministicPolicy:

@@ -12,7 +12,7 @@ kernel gradient as one large matmul over all steps::
 The LSTM takes batch-major inputs (transposed to time-major inside the graph kernel; the native
 ops read them in place). The input projection ``x_t = inputs_t W + b`` of all steps is one large
 matmul (differentiated by autodiff for the graph kernels; for ``native`` the backward op computes
-its gradients on a helper thread while its sequential loop runs). ``keep`` is ``1 - reset``: the
+its gradients on a helper thread while its sequential loop runs). ``keep`` is ``1 - first``: the
 state is zeroed before a step that starts an episode. Outputs are batch-major ``[B, T, U]``. Loops
 are unrolled statically (the learner's sequence lengths are fixed by its input signature), so the
 graph has no loop-control ops and the executor overlaps independent work (e.g. the target and
@@ -26,8 +26,8 @@ gradient work, and the factors run beside the backward loop. ``U^T`` for the bac
 materialised as a 3-D transpose (:func:`_transpose`): Grappler folds a plain 2-D transpose into the
 matmul's ``transpose_b``, which oneDNN runs slower than a plain matmul at these shapes.
 
-Both kernels equal the reference recurrence (:meth:`agents.cells.RecurrentCore._unroll_scan`,
-``tf.scan`` plus autodiff) to float32 round-off in outputs and gradients (tests/test_fastrnn.py).
+Both kernels equal the reference recurrence (:meth:`agents.core.RecurrentCore._unroll_scan`,
+``tf.scan`` plus autodiff) to float32 round-off in outputs and gradients (tests/test_sequence_kernels.py).
 """
 
 from __future__ import annotations

@@ -9,14 +9,14 @@ state: the memoryless baseline.
 Two implementations share those weights:
 
 * :meth:`RecurrentCore.unroll` (TF, for the learner): the input projection of all time steps is one
-  large matmul, then the recurrence runs with the state zeroed wherever ``reset`` marks an episode
+  large matmul, then the recurrence runs with the state zeroed wherever ``first`` marks an episode
   start, so a sampled sequence never carries memory across episodes. The recurrence has three
-  implementations, equal to float32 round-off in values and gradients (tests/test_fastrnn.py,
+  implementations, equal to float32 round-off in values and gradients (tests/test_sequence_kernels.py,
   tests/test_native.py); :mod:`agents.kernels` chooses one per network from ``network.backend``:
 
   - ``native``: ``lstm`` only; one C++ op per direction (:mod:`agents.native`);
   - ``graph``: ``lstm`` and ``gru`` (``reset_after``): the recurrence unrolled in the TF graph with a
-    hand-written gradient (:mod:`agents.fastrnn`). It needs a static length of at most
+    hand-written gradient (:mod:`agents.sequence_kernels`). It needs a static length of at most
     :data:`MAX_STATIC_STEPS`; an unroll of unknown or greater length runs ``scan``;
   - ``scan``: every cell: the reference ``tf.scan`` over :meth:`_recur` with autodiff.
 * :func:`numpy_core_step` (numpy, for the actor): one step for a batch of envs with no framework
@@ -32,7 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import fastrnn
+from agents import sequence_kernels
 from agents.kernels import graph_supports
 
 CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
@@ -95,7 +95,7 @@ class RecurrentCore(keras.layers.Layer):
         bias = self.cell.bias
         if self.cell_kind == "gru" and self.reset_after:
             bias = bias[0]
-        return fastrnn.project(inputs, self.cell.kernel, bias)
+        return sequence_kernels.project(inputs, self.cell.kernel, bias)
 
     def _recur(self, x_t: tf.Tensor, state: State) -> State:
         """One recurrence step from the projected input ``x_t`` ``[B, G]``; returns the new state."""
@@ -125,24 +125,24 @@ class RecurrentCore(keras.layers.Layer):
             z_o = z_o + self.peephole["o"] * c
         return (tf.sigmoid(z_o) * tf.tanh(c), c)
 
-    def unroll(self, inputs: tf.Tensor, state: State, reset: tf.Tensor) -> tuple[tf.Tensor, State]:
+    def unroll(self, inputs: tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
         """Run the core over a sequence.
 
         Args:
             inputs: ``[B, T, F]``.
             state: tuple of ``[B, U]``, the state before step 0.
-            reset: ``[B, T]`` float, 1 where an episode starts: the state is zeroed before that step.
+            first: ``[B, T]`` float, 1 where an episode starts: the state is zeroed before that step.
 
         Returns:
             outputs ``[B, T, U]`` and the state after the last step.
         """
         path = self.recurrence_for(inputs)
         if path in ("native", "graph"):
-            return self._unroll_fused(inputs, state, reset, native=path == "native")
+            return self._unroll_fused(inputs, state, first, native=path == "native")
         proj = self._project_inputs(inputs)
         if path == "none":
             return proj, ()
-        return self._unroll_scan(proj, tf.transpose(1.0 - reset)[:, :, None], state)
+        return self._unroll_scan(proj, tf.transpose(1.0 - first)[:, :, None], state)
 
     def recurrence_for(self, inputs: tf.Tensor | tf.TensorSpec) -> str:
         """What an unroll of ``inputs`` ``[B, T, F]`` runs: the chosen :attr:`recurrence`, except that
@@ -153,20 +153,21 @@ class RecurrentCore(keras.layers.Layer):
         return self.recurrence
 
     def _unroll_fused(
-        self, inputs: tf.Tensor, state: State, reset: tf.Tensor, native: bool = False
+        self, inputs: tf.Tensor, state: State, first: tf.Tensor, native: bool = False
     ) -> tuple[tf.Tensor, State]:
-        """:mod:`agents.fastrnn` kernels (``native``: the C++ LSTM ops of :mod:`agents.native`, which
+        """:mod:`agents.sequence_kernels` kernels (``native``: the C++ LSTM ops of :mod:`agents.native`, which
         read batch-major tensors in place); the graph kernels run time-major inside (the narrow
         inputs are transposed)."""
         rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
         if self.cell_kind == "lstm":
             kernel, bias = (tf.convert_to_tensor(w) for w in (self.cell.kernel, self.cell.bias))
-            hs, h, c = fastrnn.lstm_sequence(inputs, kernel, bias, 1.0 - reset, *state, rk, native=native)
+            keep = 1.0 - first  # the kernels take its complement: 0 where the state is zeroed
+            hs, h, c = sequence_kernels.lstm_sequence(inputs, kernel, bias, keep, *state, rk, native=native)
             return hs, (h, c)
         proj = self._project_inputs(tf.transpose(inputs, [1, 0, 2]))  # [T, B, G]
-        keep = tf.transpose(1.0 - reset)[:, :, None]  # [T, B, 1]
+        keep = tf.transpose(1.0 - first)[:, :, None]  # [T, B, 1]
         rb = tf.convert_to_tensor(self.cell.bias)[1]
-        hs, h = fastrnn.gru_sequence(proj, keep, state[0], rk, rb)
+        hs, h = sequence_kernels.gru_sequence(proj, keep, state[0], rk, rb)
         return hs, (h,)
 
     def _unroll_scan(self, proj: tf.Tensor, keep: tf.Tensor, state: State) -> tuple[tf.Tensor, State]:
