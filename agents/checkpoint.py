@@ -123,7 +123,7 @@ class Checkpointer:
                 log.warning("restored the checkpoint at env step %d instead", step)
             return step
         detail = "; ".join(skipped) if skipped else "no complete checkpoint"
-        raise ConfigError(f"resume={str(self.dir.parent)!r} has no usable checkpoint ({detail})")
+        raise ConfigError(f"run directory {str(self.dir.parent)!r} has no usable checkpoint ({detail})")
 
 
 def _step_of(name: str) -> int | None:

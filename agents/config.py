@@ -141,6 +141,10 @@ def config_from_dict(data: dict) -> Config:
     """Rebuild a typed :class:`Config` from ``dataclasses.asdict`` output (e.g. ``config.json``)."""
     from omegaconf import OmegaConf
 
+    network = data.get("network", {})
+    if "kernel" in network:  # the key's earlier name (config.json of runs written before the rename)
+        data = {**data, "network": {**{k: v for k, v in network.items() if k != "kernel"}}}
+        data["network"].setdefault("backend", network["kernel"])
     agent_cls = lookup(data["agent"]["kind"]).config
     schema = OmegaConf.structured(Config(agent=agent_cls()))
     merged = OmegaConf.merge(schema, data)
@@ -199,7 +203,7 @@ def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
         raise ConfigError(f"resume={run_dir!r} holds no run: {path} is missing")
     try:
         saved = config_from_dict(json.loads(path.read_text()))
-    except (ValueError, OmegaConfBaseException) as exc:
+    except (ValueError, KeyError, OmegaConfBaseException) as exc:
         raise ConfigError(f"resume={run_dir!r}: {path} is unreadable ({str(exc).splitlines()[0]})") from None
     overrides = [o.lstrip("+") for o in (overrides or []) if not o.lstrip("+").startswith("hydra.")]
     keys = []

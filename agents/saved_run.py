@@ -12,6 +12,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from omegaconf.errors import OmegaConfBaseException
 
 from agents.actor import evaluate
 from agents.checkpoint import Checkpointer
@@ -59,7 +60,7 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
         raise ConfigError(f"run={str(run_dir)!r} holds no run: {path} is missing")
     try:
         config = config_from_dict(json.loads(path.read_text()))
-    except ValueError as exc:
+    except (ValueError, KeyError, OmegaConfBaseException) as exc:
         raise ConfigError(
             f"run={str(run_dir)!r}: {path} is unreadable ({str(exc).splitlines()[0]})"
         ) from None

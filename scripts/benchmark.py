@@ -28,7 +28,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from scripts.tf_logs import quiet_tensorflow  # noqa: E402
+
+quiet_tensorflow()  # TF's start-up lines off the console (RECURRL_TF_LOGS=1 keeps them)
 
 import hydra  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402

@@ -11,12 +11,13 @@ documents the tensors of both).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from scripts.tf_logs import quiet_tensorflow  # noqa: E402
+
+quiet_tensorflow()  # TF's start-up lines off the console (RECURRL_TF_LOGS=1 keeps them)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402

@@ -220,3 +220,14 @@ def test_native_backend_needs_an_lstm_cell() -> None:
         ConfigError, match=r"^network\.backend='native' is invalid: allowed auto\|graph\|scan for cell=gru$"
     ):
         validate(config)
+
+
+def test_config_json_with_the_earlier_backend_key_still_loads() -> None:
+    import dataclasses
+
+    from agents.config import config_from_dict
+
+    data = dataclasses.asdict(Config())
+    data["network"]["kernel"] = data["network"].pop("backend")
+    data["network"]["kernel"] = "graph"
+    assert config_from_dict(data).network.backend == "graph"
