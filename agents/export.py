@@ -130,14 +130,14 @@ def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
         x = keras.layers.Rescaling(1.0 / clip)(x)
         x = keras.layers.Activation("hard_tanh")(x)
         x = keras.layers.Rescaling(clip, name="clip")(x)
-    x = _dense_stack(x, encoder.pre)
+    x = _dense_stack(x, encoder.pre, "pre")
     core = net.core
     rnn_cls = keras.layers.LSTM if config.cell == "lstm" else keras.layers.GRU
     kwargs = {} if config.cell == "lstm" else {"reset_after": config.reset_after}
     rnn = rnn_cls(core.units, return_sequences=True, return_state=True, name="core", **kwargs)
     x, *state_out = rnn(x, initial_state=state_in)
     rnn.set_weights([np.asarray(w) for w in (core.cell.kernel, core.cell.recurrent_kernel, core.cell.bias)])
-    x = _dense_stack(x, net.post)
+    x = _dense_stack(x, net.post, "post")
     head = net.head
     activation = head.activation.__name__ if head.activation else None
     out_layer = keras.layers.Dense(head.units, activation=activation, name="head")
@@ -146,15 +146,15 @@ def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
     return keras.Model([obs, *state_in], [out, *state_out], name="recurrl_policy")
 
 
-def _dense_stack(x: keras.KerasTensor, layers: list) -> keras.KerasTensor:
+def _dense_stack(x: keras.KerasTensor, layers: list, prefix: str) -> keras.KerasTensor:
     for i, layer in enumerate(layers):
         dense = keras.layers.Dense(
-            layer.units, activation=None if layer.layer_norm else "relu", name=f"dense_{i}"
+            layer.units, activation=None if layer.layer_norm else "relu", name=f"{prefix}_{i}"
         )
         y = dense(x)
         dense.set_weights([np.asarray(layer.kernel), np.asarray(layer.bias)])
         if layer.layer_norm:
-            norm = keras.layers.LayerNormalization(epsilon=LN_EPSILON, name=f"layer_norm_{i}")
+            norm = keras.layers.LayerNormalization(epsilon=LN_EPSILON, name=f"{prefix}_{i}_layer_norm")
             y = keras.layers.ReLU()(norm(y))
             norm.set_weights([np.asarray(layer.ln_gamma), np.asarray(layer.ln_beta)])
         x = y

@@ -164,14 +164,20 @@ KERAS_LOADER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize(("agent", "cell"), [("rdqn", "lstm"), ("rdqn", "gru"), ("rddpg", "lstm")])
 def test_keras_export_of_stock_layers_matches_the_numpy_policy(
-    tiny_config: Config, tmp_path: Path, cell: str
+    tiny_config: Config, tmp_path: Path, agent: str, cell: str
 ) -> None:
     from agents.export import export_keras
 
     tiny_config.network.cell = cell
     tiny_config.network.layer_norm = True
+    if agent == "rddpg":  # post layers too: the actor's head sits after them
+        from agents.rddpg import RDDPGConfig
+
+        tiny_config.agent = RDDPGConfig(batch_size=8, n_step=2)
+        tiny_config.env.id = "recurrl/CueMemoryContinuous-v0"
+        tiny_config.network.post_layers = [16]
     train(tiny_config)
     saved = load_run(tiny_config.run_dir)
     episode = _episode(saved)
