@@ -2,8 +2,9 @@
 [threshold=X] [out=PATH]``.
 
 RUNS are run directories, directories that hold runs (a Hydra multirun), or glob patterns. Runs are
-grouped by ``group_by`` (config keys such as ``network.cell``; default: every key whose value
-differs between the runs, except ``seed``); each group is drawn as the mean evaluation return over
+grouped by ``group_by`` (config keys such as ``network.cell``; default: those of ``agent.name``,
+``env.name`` and ``network.cell`` that differ between the runs, else every key that differs except
+``seed``); each group is drawn as the mean evaluation return over
 its runs with a 95 % bootstrap band over runs. Writes ``<out>.png`` (needs
 ``pip install -e '.[plot]'``) and ``<out>.csv`` (the numbers behind it).
 """
@@ -23,6 +24,8 @@ from agents.config import flatten
 from agents.metrics import read_progress
 
 IGNORED = ("seed", "run_dir", "resume")
+# Keys that name what a run is: the default grouping uses those that differ, else every key that does.
+PREFERRED = ("agent.name", "env.name", "network.cell")
 
 
 def find_runs(patterns: list[str]) -> list[Path]:
@@ -45,9 +48,10 @@ def group_runs(runs: list[Path], group_by: list[str] | None) -> dict[str, list[P
     configs = {run: _label_values(json.loads((run / "config.json").read_text())) for run in runs}
     if group_by is None:
         keys = sorted({k for c in configs.values() for k in c})
-        group_by = [
+        differ = [
             k for k in keys if not k.startswith(IGNORED) and len({c.get(k) for c in configs.values()}) > 1
         ]
+        group_by = [k for k in PREFERRED if k in differ] or differ
     unknown = [k for k in group_by if all(k not in c for c in configs.values())]
     if unknown:
         raise ValueError(f"group_by={unknown[0]} is not a config key of these runs")
@@ -105,7 +109,7 @@ def plot(groups: dict[str, list[Path]], out: Path, threshold: float | None) -> t
     if threshold is not None:
         ax.axhline(threshold, color="k", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
     ax.set_xlabel("env steps")
-    ax.set_ylabel("greedy evaluation return (mean, 95 % bootstrap CI over runs)")
+    ax.set_ylabel("evaluation return (mean, 95 % CI)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
