@@ -118,7 +118,7 @@ def test_load_run_config_applies_overrides_and_keeps_agent(tiny_config: Config) 
 
     train(copy.deepcopy(tiny_config))
     run = tiny_config.run_dir
-    loaded = load_run_config(run, ["train.total_env_steps=800", "resume=ignored"][:1])
+    loaded = load_run_config(run, ["train.total_env_steps=800", "resume=elsewhere"])
     assert loaded.train.total_env_steps == 800 and loaded.resume == run and loaded.run_dir == run
     assert loaded.env.id == "recurrl/CueMemory-v0" and loaded.network.units == 16
     with pytest.raises(ConfigError, match="cannot change a resumed run"):
