@@ -118,6 +118,8 @@ def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
         raise ConfigError(
             f"network.inputs={list(config.inputs)} cannot be exported as format=keras: allowed []"
         )
+    if config.dueling:
+        raise ConfigError("network.dueling=true cannot be exported as format=keras: use format=saved_model")
     net = saved.learner.eval_network(network)
     encoder = net.encoder
     obs = keras.Input((None, saved.spec.obs_dim), name="observation")

@@ -38,6 +38,8 @@ class NetworkConfig:
     inputs: list[str] = field(default_factory=list)
     # Scale observations by running mean/std before the first layer (agents/normalizer.py).
     normalize_obs: bool = True
+    # Q-networks only: separate value and advantage streams after the post layers (dueling head).
+    dueling: bool = False
     # Normalised observations are clipped to [-obs_clip, obs_clip].
     obs_clip: float = 5.0
     # LayerNorm between each dense layer (pre, post) and its ReLU, as in PQN (Gallici et al. 2024).
@@ -88,6 +90,8 @@ class RecurrentNetwork(keras.Model):
         )
         self.post = dense_stack(config.post_layers, "post", config.layer_norm, self.kernels)
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
+        # Dueling (Wang et al. 2016): ``head`` is the advantage stream, ``value_head`` the value.
+        self.value_head = keras.layers.Dense(1, name="value_head") if config.dueling else None
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.
         with keras.name_scope(self.name):
@@ -98,6 +102,8 @@ class RecurrentNetwork(keras.Model):
                 layer.build((None, width))
                 width = layer.units
             self.head.build((None, width))
+            if self.value_head is not None:
+                self.value_head.build((None, width))
         self.built = True
 
     @property
@@ -114,7 +120,11 @@ class RecurrentNetwork(keras.Model):
         x, final_state = self.core.unroll(self.encoder(inputs), state, first)
         for layer in self.post:
             x = layer(x)
-        return self.head(x), final_state
+        if self.value_head is None:
+            return self.head(x), final_state
+        advantage = self.head(x)  # [B, T, A]: mean removed, so value and advantage are identifiable
+        q = self.value_head(x) + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
+        return q, final_state
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         """Keras entry point: unroll from a zero state with no resets; ``[B, T, F] -> [B, T, O]``."""
@@ -161,6 +171,8 @@ class NumpyNetwork:
         self.core = core_weights(self.network.core)
         self.post = [numpy_dense_relu(layer) for layer in self.network.post]
         self.head = dense(self.network.head)
+        value_head = getattr(self.network, "value_head", None)
+        self.value_head = dense(value_head) if value_head is not None else None
 
     def initial_state(self, batch_size: int) -> tuple[np.ndarray, ...]:
         """Zero state: tuple of ``[B, U]`` float32 arrays."""
@@ -173,6 +185,8 @@ class NumpyNetwork:
             x = numpy_dense_relu_step(weights, x)
         w, b = self.head
         out = x @ w + b
+        if self.value_head is not None:
+            out = (x @ self.value_head[0] + self.value_head[1]) + (out - out.mean(axis=-1, keepdims=True))
         if self.activation == "tanh":
             out = np.tanh(out)
         elif self.activation != "linear":

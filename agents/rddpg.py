@@ -110,6 +110,12 @@ class RDDPGConfig:
         layers = list(network.post_layers)
         allowed = "at least one layer for agent=rddpg/rtd3 (the critic joins the action there)"
         check(len(layers) >= 1, "network.post_layers", layers, allowed)
+        check(
+            not network.dueling,
+            "network.dueling",
+            network.dueling,
+            "false for agent=rddpg/rtd3 (Q-networks only)",
+        )
 
     def validate_for_env(self, env: EnvConfig, spec: EnvSpec) -> None:
         """A continuous action box with finite bounds (or ``env.action_scale``)."""

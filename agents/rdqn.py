@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,13 +14,15 @@ from agents.compiled import CompiledStep
 from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork, split_state
 from agents.optim import FusedAdam
 from agents.policies import EpsilonGreedy, feature_width, step_features
-from agents.returns import huber, masked_mean, n_step_targets
+from agents.returns import huber, masked_mean, n_step_targets, rescale, unrescale
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
 
 if TYPE_CHECKING:
     from agents.config import Config
     from envs.make import EnvSpec
+
+log = logging.getLogger("recurrl")
 
 
 @dataclass
@@ -52,6 +55,12 @@ class RDQNConfig:
     epsilon_start: float = 1.0
     epsilon_end: float = 0.01
     epsilon_decay_steps: int = 5000
+    # Ape-X exploration ladder instead of the decay: env i of N acts with the fixed
+    # eps_i = 0.4 ** (1 + 7 i / (N - 1)).
+    epsilon_ladder: bool = False
+    # Learn Q in R2D2's rescaled space h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x: bootstrap values
+    # are mapped back with h^-1 before the n-step target, which is then mapped with h.
+    value_rescaling: bool = False
 
     def validate(self) -> None:
         """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
@@ -72,6 +81,13 @@ class RDQNConfig:
                 f"agent=rdqn needs a discrete action space but env.id={env.id!r} is continuous; "
                 "use agent=rddpg or agent=rtd3"
             )
+
+
+def epsilon_ladder(num_envs: int) -> np.ndarray:
+    """Ape-X's fixed per-env epsilons ``0.4 ** (1 + 7 i / (N - 1))``: ``[N]``, from 0.4 down to 0.4**8."""
+    if num_envs == 1:
+        return np.array([0.4])
+    return 0.4 ** (1.0 + 7.0 * np.arange(num_envs) / (num_envs - 1))
 
 
 def epsilon_at(config: RDQNConfig, env_steps: int) -> float:
@@ -108,6 +124,7 @@ class RDQNLearner:
         self.target_q = RecurrentNetwork(network, in_dim, num_actions, name="target_q", norm_dim=obs_dim)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
         self.targets.copy()  # the first TD targets must come from the same function as Q
+        self.ladder: np.ndarray | None = None  # per-env epsilons when agent.epsilon_ladder is on
         self.optimizer = FusedAdam(learning_rate=config.lr)
         self.optimizer.build(self.online_q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
@@ -163,7 +180,13 @@ class RDQNLearner:
         policy.net.sync()
 
     def schedule_scalars(self, env_steps: int) -> dict[str, float]:
-        """Exploration schedule values to log."""
+        """Exploration schedule values to log (the ladder's mean, smallest and largest epsilon)."""
+        if self.ladder is not None:
+            return {
+                "charts/epsilon": float(self.ladder.mean()),
+                "charts/epsilon_min": float(self.ladder.min()),
+                "charts/epsilon_max": float(self.ladder.max()),
+            }
         return {"charts/epsilon": epsilon_at(self.config, env_steps)}
 
     def features(self, batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -206,14 +229,19 @@ class RDQNLearner:
                 value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)
             else:
                 value = tf.reduce_max(q_target[:, bi:], axis=-1)
+            value = tf.stop_gradient(value)
+            if cfg.value_rescaling:  # y = h(sum_k gamma^k r + gamma^n h^-1(Q_target))
+                value = unrescale(value)
             target = n_step_targets(
                 batch["reward"][:, bi:],
                 batch["terminated"][:, bi:],
                 batch["truncated"][:, bi:],
-                tf.stop_gradient(value),
+                value,
                 cfg.gamma,
                 cfg.n_step,
             )
+            if cfg.value_rescaling:
+                target = rescale(target)
             mask = batch["valid"][:, bi : bi + tl]
             td_error = target - q_taken  # [B, T]
             loss = masked_mean(huber(td_error, cfg.huber_delta), mask)
@@ -241,10 +269,16 @@ def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RD
     learner = RDQNLearner(
         config.agent, config.network, spec.obs_dim, spec.num_actions, r.burn_in, r.trace_length
     )
+    if config.agent.epsilon_ladder:
+        learner.ladder = epsilon_ladder(config.env.num_envs)
+        log.info("epsilon ladder over %d envs: %s", len(learner.ladder), np.round(learner.ladder, 5).tolist())
+        epsilon = lambda: learner.ladder  # noqa: E731  (one fixed epsilon per env)
+    else:
+        epsilon = lambda: epsilon_at(config.agent, counters.env_steps)  # noqa: E731
     policy = EpsilonGreedy(
         NumpyNetwork(learner.online_q),
         spec.num_actions,
-        lambda: epsilon_at(config.agent, counters.env_steps),
+        epsilon,
         seed=config.seed + 17,
         inputs=config.network.inputs,
     )

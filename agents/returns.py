@@ -67,3 +67,20 @@ def huber(x: tf.Tensor, delta: float) -> tf.Tensor:
     a = tf.abs(x)
     quad = tf.minimum(a, delta)
     return 0.5 * quad**2 + delta * (a - quad)
+
+
+def rescale(x: tf.Tensor, eps: float = 1e-3) -> tf.Tensor:
+    """R2D2's invertible value rescaling ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x`` (elementwise).
+
+    Q-values learnt in ``h``-space keep one learning rate workable across reward scales.
+    """
+    return tf.sign(x) * (tf.sqrt(tf.abs(x) + 1.0) - 1.0) + eps * x
+
+
+def unrescale(x: tf.Tensor, eps: float = 1e-3) -> tf.Tensor:
+    """The closed-form inverse of :func:`rescale` (elementwise)::
+
+    h^-1(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1)
+    """
+    root = (tf.sqrt(1.0 + 4.0 * eps * (tf.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return tf.sign(x) * (tf.square(root) - 1.0)

@@ -168,6 +168,7 @@ INVALID = [
     ("network.pre_layers", [0], "widths >= 1", "rdqn"),
     ("network.post_layers", [16, 0], "widths >= 1", "rddpg"),
     ("network.post_layers", [], "at least one layer for agent=rddpg/rtd3", "rddpg"),
+    ("network.dueling", True, "false for agent=rddpg/rtd3", "rddpg"),
     ("network.backend", "cudnn", "auto|native|graph|scan", "rdqn"),
     ("replay.burn_in", -1, "integers >= 0", "rdqn"),
     ("replay.trace_length", 0, "integers >= 1", "rdqn"),

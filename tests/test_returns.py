@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from agents.networks import NetworkConfig
@@ -75,3 +76,14 @@ def test_learner_double_dqn_n_step_loss_by_hand() -> None:
     np.testing.assert_allclose(metrics["td_error"], want, rtol=1e-4, atol=1e-5)
     mask = batch["valid"][:, 1:4]
     np.testing.assert_allclose(metrics["loss"], (0.5 * want**2 * mask).sum() / mask.sum(), rtol=1e-4)
+
+
+def test_value_rescaling_and_its_inverse() -> None:
+    from agents.returns import rescale, unrescale
+
+    x = tf.constant(np.concatenate([np.linspace(-1e4, 1e4, 2001), [0.0, 1e-3, -1e-3, 0.5]]), tf.float64)
+    np.testing.assert_allclose(rescale(unrescale(x)).numpy(), x.numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(unrescale(rescale(x)).numpy(), x.numpy(), rtol=1e-9, atol=1e-9)
+    # h(x) by hand: sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x
+    assert float(rescale(tf.constant(3.0, tf.float64))) == pytest.approx(1.0 + 3e-3)
+    assert float(rescale(tf.constant(-8.0, tf.float64))) == pytest.approx(-2.0 - 8e-3)

@@ -1,0 +1,67 @@
+"""agents/rdqn.py: the R2D2 options (value rescaling, dueling head, epsilon ladder)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents.config import Config
+from agents.loop import Counters, build_agent
+from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork
+from agents.rdqn import RDQNConfig, RDQNLearner, epsilon_ladder
+from envs import describe_env
+from tests.helpers import rdqn_batch
+
+
+def test_epsilon_ladder_matches_ape_x() -> None:
+    eps = epsilon_ladder(8)
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
+    np.testing.assert_allclose(eps, [0.4 ** (1 + 7 * i / 7) for i in range(8)])
+    assert np.all(np.diff(eps) < 0) and epsilon_ladder(1).tolist() == [0.4]
+
+
+def test_ladder_policy_explores_each_env_at_its_own_rate(tiny_config: Config) -> None:
+    config = copy.deepcopy(tiny_config)
+    config.agent.epsilon_ladder = True
+    config.env.num_envs = 4
+    learner, policy = build_agent(config, describe_env(config.env), Counters())
+    np.testing.assert_allclose(policy.epsilon(), epsilon_ladder(4))
+    assert learner.schedule_scalars(0)["charts/epsilon_max"] == pytest.approx(0.4)
+    # 4 envs acting 4000 times: each env's share of random actions follows its own epsilon.
+    obs = np.zeros((4, 2), np.float32)
+    greedy, _ = policy.act(obs, np.zeros((4, 2)), np.zeros(4), policy.net.initial_state(4), explore=False)
+    changed = np.zeros(4)
+    for _ in range(4000):
+        action, _ = policy.act(obs, np.zeros((4, 2)), np.zeros(4), policy.net.initial_state(4), explore=True)
+        changed += action != greedy
+    np.testing.assert_allclose(changed / 4000, epsilon_ladder(4) / 2, atol=0.03)  # 2 actions: half differ
+
+
+def test_dueling_head_removes_the_advantage_mean_and_mirrors_in_numpy() -> None:
+    cfg = NetworkConfig(units=8, pre_layers=[8], dueling=True, backend="graph")
+    net = RecurrentNetwork(cfg, 3, 4, name="online_q")
+    assert "online_q/value_head/kernel" in [v.path for v in net.trainable_variables]
+    x = tf.random.stateless_normal([2, 5, 3], seed=[1, 2])
+    q, _ = net.unroll(x, net.initial_state(2), tf.zeros([2, 5]))
+    assert q.shape == (2, 5, 4)
+    h, _ = net.core.unroll(net.encoder(x), net.initial_state(2), tf.zeros([2, 5]))
+    value = net.value_head(h)  # [B, T, 1]
+    np.testing.assert_allclose(tf.reduce_mean(q, axis=-1, keepdims=True), value, atol=1e-5)
+    mirror = NumpyNetwork(net)
+    out, _ = mirror.step(x[:, 0].numpy(), mirror.initial_state(2))
+    np.testing.assert_allclose(out, q[:, 0], atol=1e-5)
+
+
+@pytest.mark.parametrize("rescaling", [False, True])
+def test_value_rescaling_changes_the_target_not_the_shapes(rescaling: bool) -> None:
+    cfg = RDQNConfig(batch_size=4, n_step=2, value_rescaling=rescaling)
+    learner = RDQNLearner(cfg, NetworkConfig(units=8, pre_layers=[8], backend="graph"), 3, 2, 1, 3)
+    batch = rdqn_batch(learner, 4, 3, 2, seed=0)
+    batch["reward"] *= 50.0  # large returns: h compresses them
+    metrics = learner.step(batch)
+    assert metrics["td_error"].shape == (4, 3) and np.isfinite(metrics["loss"])
+    if rescaling:  # Q starts near 0, so the TD error is about h(return), far below the raw return
+        assert np.abs(metrics["td_error"]).max() < 0.2 * np.abs(batch["reward"]).max()
