@@ -114,6 +114,14 @@ def validate(config: Config) -> None:
     n.validate()
     a.validate_network(n)
     config.replay.validate()
+    priority = config.replay.priority_exponent
+    allowed = f"0 for agent={a.name} (prioritized replay needs an agent that weights its loss: rdqn)"
+    _check(
+        priority == 0 or getattr(a, "supports_priorities", False),
+        "replay.priority_exponent",
+        priority,
+        allowed,
+    )
     config.env.validate()
     _validate_capacity(config.replay, config.env, a.n_step)
     config.train.validate()

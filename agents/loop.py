@@ -126,6 +126,7 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
         learner.state_dim,
         zero_initial_state=r.initial_state == "zero",
         seed=config.seed + REPLAY_SEED_OFFSET,
+        priority=r,
     )
     normalizer = ObsNormalizer(spec.obs_dim)
     ckpt = Checkpointer(run_dir, **learner.trackables())
@@ -227,10 +228,11 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
             if counters.update_budget >= 1.0:
                 run.normalizer.push(learner.networks())
             while counters.update_budget >= 1.0:
-                metrics = learner.step(replay.sample(config.agent.batch_size))
+                metrics = learner.step(replay.sample(config.agent.batch_size, counters.updates))
                 bad = nonfinite_metrics(metrics)
                 if bad:
                     _stop_nonfinite(run, evals, started, bad)
+                replay.update_priorities(metrics["td_error"], metrics["mask"])
                 learner.sync_policy(run.policy)
                 counters.update_budget -= 1.0
                 counters.updates += 1

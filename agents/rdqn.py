@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import tensorflow as tf
@@ -28,6 +28,9 @@ log = logging.getLogger("recurrl")
 @dataclass
 class RDQNConfig:
     """Recurrent DQN hyperparameters (``agent=rdqn``)."""
+
+    # Prioritized sequence replay (replay.priority_exponent > 0) is supported.
+    supports_priorities: ClassVar[bool] = True
 
     # Agent family; selects the learner.
     kind: str = "rdqn"
@@ -112,8 +115,12 @@ class RDQNLearner:
         num_actions: int,
         burn_in: int,
         trace_length: int,
+        importance_weights: bool = False,
     ) -> None:
+        """``importance_weights``: batches carry ``weight`` ``[B]`` (prioritized replay) that scales
+        each sequence's loss."""
         self.config = config
+        self.importance_weights = bool(importance_weights)
         self.burn_in, self.trace_length = int(burn_in), int(trace_length)
         self.seq_len = self.burn_in + self.trace_length + config.n_step
         self.obs_dim, self.num_actions = obs_dim, num_actions
@@ -139,6 +146,8 @@ class RDQNLearner:
                 for k in ("reward", "terminated", "truncated", "first", "valid")
             },
         }
+        if self.importance_weights:
+            spec["weight"] = tf.TensorSpec([b], tf.float32)
         # autograph off: the step is plain TF ops (tf.cond for the target period), traced once.
         self._step = tf.function(self._train_step, input_signature=[spec], autograph=False)
         self._run_step = CompiledStep(self._step)
@@ -244,7 +253,10 @@ class RDQNLearner:
                 target = rescale(target)
             mask = batch["valid"][:, bi : bi + tl]
             td_error = target - q_taken  # [B, T]
-            loss = masked_mean(huber(td_error, cfg.huber_delta), mask)
+            per_step = huber(td_error, cfg.huber_delta)  # [B, T]
+            if self.importance_weights:  # prioritized replay: correct the sampling bias per sequence
+                per_step = per_step * batch["weight"][:, None]
+            loss = masked_mean(per_step, mask)
         grads = tape.gradient(loss, variables)
         grads, grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
         self.optimizer.apply(grads, variables)
@@ -267,7 +279,13 @@ def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RD
     """The learner and its epsilon-greedy policy (epsilon read from ``counters.env_steps``)."""
     r = config.replay
     learner = RDQNLearner(
-        config.agent, config.network, spec.obs_dim, spec.num_actions, r.burn_in, r.trace_length
+        config.agent,
+        config.network,
+        spec.obs_dim,
+        spec.num_actions,
+        r.burn_in,
+        r.trace_length,
+        importance_weights=r.priority_exponent > 0,
     )
     if config.agent.epsilon_ladder:
         learner.ladder = epsilon_ladder(config.env.num_envs)

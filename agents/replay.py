@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import check
+from agents.sum_tree import SequencePriorities
+from envs.config import check, finite
 
 
 @dataclass
@@ -35,6 +36,14 @@ class ReplayConfig:
     trace_length: int = 16
     # Start state of a sampled sequence: the one recorded while acting (stored) or zeros (zero).
     initial_state: str = "stored"
+    # Prioritized sequence replay (rdqn): sampling probability ~ priority ** exponent; 0 = uniform
+    # (R2D2 uses 0.9).
+    priority_exponent: float = 0.0
+    # A sequence's priority: eta * max|TD error| + (1 - eta) * mean|TD error| over its trace.
+    priority_eta: float = 0.9
+    # Importance-sampling exponent at the start; annealed linearly to 1 over anneal_steps updates.
+    importance_exponent: float = 0.6
+    importance_anneal_steps: int = 100_000
 
     def validate(self) -> None:
         """Range checks of these fields (``capacity`` against the sequence length: agents.config)."""
@@ -42,6 +51,13 @@ class ReplayConfig:
         check(self.trace_length >= 1, "replay.trace_length", self.trace_length, "integers >= 1")
         states = ("stored", "zero")
         check(self.initial_state in states, "replay.initial_state", self.initial_state, "|".join(states))
+        check(finite(self.priority_exponent) and self.priority_exponent >= 0, "replay.priority_exponent",
+              self.priority_exponent, ">= 0 (0 = uniform)")  # fmt: skip
+        for key in ("priority_eta", "importance_exponent"):
+            value = getattr(self, key)
+            check(finite(value) and 0 <= value <= 1, f"replay.{key}", value, "[0, 1]")
+        steps = self.importance_anneal_steps
+        check(steps >= 1, "replay.importance_anneal_steps", steps, "integers >= 1")
 
 
 class SequenceReplay:
@@ -56,7 +72,9 @@ class SequenceReplay:
         state_dim: int,
         zero_initial_state: bool = False,
         seed: int = 0,
+        priority: ReplayConfig | None = None,
     ) -> None:
+        """``priority``: a config with ``priority_exponent > 0`` makes sampling prioritized."""
         self.num_envs = int(num_envs)
         self.rows = int(capacity) // self.num_envs
         self.seq_len = int(seq_len)
@@ -77,6 +95,17 @@ class SequenceReplay:
         self.pos = 0
         self.full = False
         self.rng = np.random.default_rng(seed)
+        self.priorities: SequencePriorities | None = None
+        if priority is not None and priority.priority_exponent > 0:
+            self.priorities = SequencePriorities(
+                self.rows,
+                self.num_envs,
+                self.seq_len,
+                priority.priority_exponent,
+                priority.priority_eta,
+                priority.importance_exponent,
+                priority.importance_anneal_steps,
+            )
 
     def __len__(self) -> int:
         """Rows stored, summed over envs."""
@@ -92,20 +121,29 @@ class SequenceReplay:
             raise KeyError(f"replay row needs {sorted(self.data)}, got {sorted(row)}")
         for key, value in row.items():
             self.data[key][self.pos] = value
+        if self.priorities is not None:
+            self.priorities.on_add(self.pos)
         self.pos += 1
         if self.pos == self.rows:
             self.pos, self.full = 0, True
 
-    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
-        """``batch_size`` sequences: each field ``[B, L, ...]``, plus ``state`` ``[B, S]`` at step 0."""
+    def sample(self, batch_size: int, updates: int = 0) -> dict[str, np.ndarray]:
+        """``batch_size`` sequences: each field ``[B, L, ...]``, plus ``state`` ``[B, S]`` at step 0;
+        with priorities also ``weight`` ``[B]``, the importance weights (``updates`` anneals them)."""
         if not self.can_sample():
             raise RuntimeError("not enough rows in replay to sample one sequence")
-        span = (self.rows if self.full else self.pos) - self.seq_len + 1  # valid start offsets
-        oldest = self.pos if self.full else 0
-        offset = self.rng.integers(0, span, size=batch_size)
-        env = self.rng.integers(0, self.num_envs, size=batch_size)
-        idx = (oldest + offset[:, None] + np.arange(self.seq_len)) % self.rows  # [B, L]
+        weight = None
+        if self.priorities is not None:
+            start, env, weight = self.priorities.sample(self.rng, batch_size, updates)
+        else:
+            span = (self.rows if self.full else self.pos) - self.seq_len + 1  # valid start offsets
+            oldest = self.pos if self.full else 0
+            start = oldest + self.rng.integers(0, span, size=batch_size)
+            env = self.rng.integers(0, self.num_envs, size=batch_size)
+        idx = (start[:, None] + np.arange(self.seq_len)) % self.rows  # [B, L]
         out = {k: v[idx, env[:, None]] for k, v in self.data.items() if k != "state"}
+        if weight is not None:
+            out["weight"] = weight
         state = self.data["state"][idx[:, 0], env]
         out["state"] = np.zeros_like(state) if self.zero_initial_state else state
         return out
@@ -134,7 +172,10 @@ class SequenceReplay:
         meta = np.array([self.pos, int(self.full)], np.int64)
         rng_state = np.frombuffer(json.dumps(self.rng.bit_generator.state).encode(), np.uint8)
         live = self.rows if self.full else self.pos  # unwritten rows are not saved
-        return {**{f"data/{k}": v[:live] for k, v in self.data.items()}, "meta": meta, "rng": rng_state}
+        state = {**{f"data/{k}": v[:live] for k, v in self.data.items()}, "meta": meta, "rng": rng_state}
+        if self.priorities is not None:
+            state.update({f"priority/{k}": v for k, v in self.priorities.state_dict().items()})
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Inverse of :meth:`state_dict`; shapes must match this buffer's."""
@@ -148,3 +189,15 @@ class SequenceReplay:
             v[live:] = 0
         self.pos, self.full = pos, full
         self.rng.bit_generator.state = json.loads(bytes(state["rng"]).decode())
+        if self.priorities is not None and "priority/leaves" in state:
+            self.priorities.load_state_dict({k: state[f"priority/{k}"] for k in ("leaves", "meta")})
+        elif self.priorities is not None:  # saved with uniform replay: every stored start at priority 1
+            oldest = self.pos if self.full else 0
+            for i in range(live):
+                self.priorities.on_add((oldest + i) % self.rows)
+
+    def update_priorities(self, td_error: np.ndarray, mask: np.ndarray) -> None:
+        """After a learner step on the latest sample: its TD errors and mask ``[B, T]`` set the
+        sampled sequences' priorities (no-op for uniform replay)."""
+        if self.priorities is not None:
+            self.priorities.update(td_error, mask)

@@ -65,3 +65,29 @@ def test_value_rescaling_changes_the_target_not_the_shapes(rescaling: bool) -> N
     assert metrics["td_error"].shape == (4, 3) and np.isfinite(metrics["loss"])
     if rescaling:  # Q starts near 0, so the TD error is about h(return), far below the raw return
         assert np.abs(metrics["td_error"]).max() < 0.2 * np.abs(batch["reward"]).max()
+
+
+def test_importance_weights_scale_each_sequence_loss() -> None:
+    cfg = RDQNConfig(batch_size=4, n_step=2)
+    net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
+    weighted = RDQNLearner(cfg, net, 3, 2, 1, 3, importance_weights=True)
+    plain = RDQNLearner(cfg, net, 3, 2, 1, 3)
+    plain.online_q.set_weights(weighted.online_q.get_weights())
+    plain.target_q.set_weights(weighted.target_q.get_weights())
+    batch = rdqn_batch(plain, 4, 3, 2, seed=1)
+    loss = plain.step(batch)["loss"]
+    half = weighted.step({**batch, "weight": np.array([1.0, 1.0, 0.0, 0.0], np.float32)})["loss"]
+    assert 0 < half < loss  # two sequences' losses weighted out
+
+
+def test_prioritized_run_checkpoints_and_resumes(tiny_config: Config) -> None:
+    from agents.config import load_run_config
+    from agents.loop import train
+
+    tiny_config.replay.priority_exponent = 0.9
+    first = train(copy.deepcopy(tiny_config))
+    with np.load(f"{tiny_config.run_dir}/ckpt/state-400.npz") as state:
+        leaves = state["replay/priority/leaves"]
+        assert (leaves > 0).sum() > 0 and not np.allclose(leaves[leaves > 0], leaves[leaves > 0][0])
+    resumed = train(load_run_config(tiny_config.run_dir, ["train.total_env_steps=600"]))
+    assert resumed["updates"] == first["updates"] + 50 and resumed["status"] == "finished"
