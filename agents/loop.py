@@ -232,7 +232,8 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
                 bad = nonfinite_metrics(metrics)
                 if bad:
                     _stop_nonfinite(run, evals, started, bad)
-                replay.update_priorities(metrics["td_error"], metrics["mask"])
+                if replay.priorities is not None:  # rdqn's TD errors [B, T] set the new priorities
+                    replay.update_priorities(metrics["td_error"], metrics["mask"])
                 learner.sync_policy(run.policy)
                 counters.update_budget -= 1.0
                 counters.updates += 1
