@@ -14,6 +14,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+import gymnasium as gym
 import keras
 import numpy as np
 import tensorflow as tf
@@ -182,9 +183,9 @@ class _Run:
     counters: Counters
     actor: Actor
     replay: SequenceReplay
-    learner: object
-    policy: object
-    eval_env: object
+    learner: Learner
+    policy: Policy
+    eval_env: gym.vector.VectorEnv
     writer: MetricsWriter
     ckpt: Checkpointer
     normalizer: ObsNormalizer

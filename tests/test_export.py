@@ -43,6 +43,33 @@ LOADER = textwrap.dedent(
 )
 
 
+def _as_rddpg(config: Config) -> None:
+    """Turn the tiny rdqn config into an rddpg one on the continuous cue task."""
+    from agents.rddpg import RDDPGConfig
+
+    config.agent = RDDPGConfig(batch_size=8, n_step=2)
+    config.env.id = "recurrl/CueMemoryContinuous-v0"
+    config.network.post_layers = [16]
+
+
+def _load_without_recurrl(loader: str, out: Path, episode: dict, tmp_path: Path) -> dict[str, np.ndarray]:
+    """Run ``loader`` on the export ``out`` and the episode's observations in a subprocess whose
+    ``agents``/``envs``/``scripts`` imports are blocked; returns the arrays it saved."""
+    np.savez(tmp_path / "episode.npz", obs=episode["obs"])
+    script = tmp_path / "load.py"
+    script.write_text(loader)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out), str(tmp_path / "episode.npz"), str(tmp_path / "got.npz")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(np.load(tmp_path / "got.npz"))
+
+
 def _episode(saved) -> dict[str, np.ndarray]:
     """One greedy episode of the numpy acting policy: observations, actions and outputs per step."""
     env = make_vec_env(saved.config.env, seed=123, num_envs=1)
@@ -69,28 +96,12 @@ def test_exported_policy_acts_like_the_numpy_policy_without_recurrl(
     config = copy.deepcopy(tiny_config)
     config.network.cell = cell
     if agent == "rddpg":
-        from agents.rddpg import RDDPGConfig
-
-        config.agent = RDDPGConfig(batch_size=8, n_step=2)
-        config.env.id = "recurrl/CueMemoryContinuous-v0"
-        config.network.post_layers = [16]
+        _as_rddpg(config)
     train(config)
     saved = load_run(config.run_dir, backend="graph")
     episode = _episode(saved)
     out = export_saved_model(saved, tmp_path / "export")
-    np.savez(tmp_path / "episode.npz", obs=episode["obs"])
-    script = tmp_path / "load.py"
-    script.write_text(LOADER)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(out), str(tmp_path / "episode.npz"), str(tmp_path / "got.npz")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = np.load(tmp_path / "got.npz")
+    got = _load_without_recurrl(LOADER, out, episode, tmp_path)
     assert len(got["action"]) == len(episode["obs"]) >= 3
     if agent == "rdqn":  # the actor's previous action is one-hot
         np.testing.assert_array_equal(got["action"], episode["action"].argmax(axis=-1))
@@ -173,25 +184,10 @@ def test_keras_export_of_stock_layers_matches_the_numpy_policy(
     tiny_config.network.cell = cell
     tiny_config.network.layer_norm = True
     if agent == "rddpg":  # post layers too: the actor's head sits after them
-        from agents.rddpg import RDDPGConfig
-
-        tiny_config.agent = RDDPGConfig(batch_size=8, n_step=2)
-        tiny_config.env.id = "recurrl/CueMemoryContinuous-v0"
-        tiny_config.network.post_layers = [16]
+        _as_rddpg(tiny_config)
     train(tiny_config)
     saved = load_run(tiny_config.run_dir)
     episode = _episode(saved)
     out = export_keras(saved, tmp_path / "policy")
-    np.savez(tmp_path / "episode.npz", obs=episode["obs"])
-    script = tmp_path / "load.py"
-    script.write_text(KERAS_LOADER)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(out), str(tmp_path / "episode.npz"), str(tmp_path / "got.npz")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    np.testing.assert_allclose(np.load(tmp_path / "got.npz")["value"], episode["value"], atol=1e-4)
+    got = _load_without_recurrl(KERAS_LOADER, out, episode, tmp_path)
+    np.testing.assert_allclose(got["value"], episode["value"], atol=1e-4)

@@ -17,19 +17,18 @@ import tensorflow as tf
 
 from agents.checkpoint import Checkpointer
 from agents.metrics import read_progress
-from tests.helpers import event_steps
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "env=cue_memory", "env.num_envs=4", "train.progress_bar=false", "train.learning_starts=100",
-    "train.updates_per_step=0.25", "train.checkpoint_every_env_steps=200", "eval.every_env_steps=200",
-    "eval.episodes=4", "network.units=16", "network.pre_layers=[16]", "replay.capacity=4000",
-    "replay.burn_in=2", "replay.trace_length=4", "agent.batch_size=8", "agent.n_step=2",
-]  # fmt: skip
+from tests.helpers import ROOT, TINY_TRAIN_OVERRIDES, event_steps
 
 
 def _start(run: Path, *extra: str, total: int = 1200) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "scripts.train", *TINY, f"train.total_env_steps={total}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "scripts.train",
+        *TINY_TRAIN_OVERRIDES,
+        f"train.total_env_steps={total}",
+        *extra,
+    ]
     cmd += [f"resume={run}"] if (run / "config.json").exists() else [f"hydra.run.dir={run}"]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
