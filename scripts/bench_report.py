@@ -24,6 +24,13 @@ def format_learner(rows: list[dict], header: bool = True) -> str:
             f"{_fmt(r['reference_cpu_ms_per_update']):>6} {_fmt(r['keras_updates_per_s']):>7} "
             f"{_fmt(r['speedup_vs_keras'], '.2f'):>7} {r['load_1min']:>4.1f}"
         )
+    for r in rows:
+        if r.get("prioritized_vs_uniform") is not None:
+            lines.append(
+                f"  {r['agent']} {r['cell']}-{r['units']} B={r['batch_size']} from a full replay: uniform "
+                f"{r['uniform_replay_updates_per_s']:.1f} upd/s, prioritized (sample + priority update) "
+                f"{r['prioritized_updates_per_s']:.1f} upd/s = {r['prioritized_vs_uniform']:.3f}x"
+            )
     return "\n".join(lines)
 
 

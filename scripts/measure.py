@@ -38,6 +38,7 @@ import tensorflow as tf
 from agents import core
 from agents.config import Config
 from agents.loop import Counters, build_agent
+from agents.replay import SequenceReplay
 from envs import describe_env
 from envs.make import EnvSpec
 
@@ -130,6 +131,8 @@ def synthetic_batch(learner, spec: EnvSpec, batch_size: int, seed: int) -> dict[
     out["terminated"] = np.roll(out["first"], -1, axis=1) * (rng.random((b, length)) < 0.5)
     out["truncated"] = np.zeros((b, length), np.float32)
     out["valid"] = np.ones((b, length), np.float32)
+    if getattr(learner, "importance_weights", False):  # prioritized replay's per-sequence weights
+        out["weight"] = rng.uniform(0.2, 1.0, b).astype(np.float32)
     return out
 
 
@@ -200,6 +203,37 @@ def _build_learner(compose: Compose, overrides: list[str], kernel: str | None, s
     return config, spec, learner, batch, compile_s
 
 
+def filled_replay(config: Config, learner, spec: EnvSpec, seed: int) -> SequenceReplay:
+    """The run's replay (prioritized as ``config.replay`` says), filled to capacity with random rows."""
+    r = config.replay
+    replay = SequenceReplay(
+        r.capacity, config.env.num_envs, learner.seq_len, learner.replay_fields(), learner.state_dim,
+        seed=seed, priority=r,
+    )  # fmt: skip
+    rows = synthetic_batch(learner, spec, config.env.num_envs, seed)  # [E, L, ...]: one row per step
+    for t in range(replay.rows):
+        replay.add(**{k: v[:, t % learner.seq_len] for k, v in rows.items() if k not in ("state", "weight")},
+                   state=rows["state"])  # fmt: skip
+    return replay
+
+
+def replay_cases(compose: Compose, overrides: list[str], seed: int) -> dict[str, Callable[[], object]]:
+    """rdqn updates fed from a full replay: uniform sampling, and prioritized sampling with the
+    priority update after each step (``replay.priority_exponent=0.9``)."""
+    cases = {}
+    for key, extra in (("uniform_replay", []), ("prioritized", ["replay.priority_exponent=0.9"])):
+        config, spec, learner, _, _ = _build_learner(compose, [*overrides, *extra], None, seed)
+        replay = filled_replay(config, learner, spec, seed)
+        counter = iter(range(1 << 30))
+
+        def update(learner=learner, replay=replay, b=config.agent.batch_size, counter=counter) -> None:
+            metrics = learner.step(replay.sample(b, next(counter)))
+            replay.update_priorities(metrics["td_error"], metrics["mask"])
+
+        cases[key] = update
+    return cases
+
+
 def learner_row(
     compose: Compose, overrides: list[str], gemm: Gemm, rounds: int, calls: int, compare: bool, seed: int
 ) -> dict:
@@ -216,6 +250,8 @@ def learner_row(
         if config.agent.kind == "rdqn" and config.network.cell in ("lstm", "gru"):
             keras_step = KerasStep(config, spec, learner.seq_len)
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
+        if config.agent.kind == "rdqn":
+            cases.update(replay_cases(compose, overrides, seed))
     rates: dict[str, list[float]] = {k: [] for k in cases}
     cpu: dict[str, list[float]] = {k: [] for k in cases}
     gflops = []
@@ -235,6 +271,10 @@ def learner_row(
         achieved_gflops=flops * ups / 1e9,
         efficiency_pct=100 * flops * ups / 1e9 / row["gemm_gflops"],
     )
+    if "prioritized" in rates:  # the cost of prioritized replay against uniform, same rounds
+        row["uniform_replay_updates_per_s"] = median(rates["uniform_replay"])
+        row["prioritized_updates_per_s"] = median(rates["prioritized"])
+        row["prioritized_vs_uniform"] = median(rates["prioritized"]) / median(rates["uniform_replay"])
     for key in ("reference", "graph", "keras"):
         if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
@@ -273,6 +313,9 @@ def _learner_row(config: Config, learner, compile_s: float, gemm_gflops: float) 
         "keras_updates_per_s": None,
         "keras_cpu_ms_per_update": None,
         "speedup_vs_keras": None,
+        "uniform_replay_updates_per_s": None,
+        "prioritized_updates_per_s": None,
+        "prioritized_vs_uniform": None,
         "load_1min": load_1min(),
     }
 

@@ -22,6 +22,7 @@ LEARNER_KEYS = {
     "efficiency_pct", "compile_s", "reference_updates_per_s", "reference_cpu_ms_per_update",
     "speedup_vs_reference", "kernel", "graph_updates_per_s", "graph_cpu_ms_per_update", "speedup_vs_graph",
     "keras_updates_per_s", "keras_cpu_ms_per_update", "speedup_vs_keras", "load_1min",
+    "uniform_replay_updates_per_s", "prioritized_updates_per_s", "prioritized_vs_uniform",
 }  # fmt: skip
 ACTING_KEYS = {
     "num_envs", "cell", "units", "raw_env_steps_per_s", "actor_env_steps_per_s",
@@ -84,6 +85,12 @@ def test_tiny_benchmark_writes_every_field(tmp_path: Path) -> None:
         ):
             assert _positive(row[key]), (key, row)
         assert (row["keras_updates_per_s"] is not None) == (row["agent"] == "rdqn")
+        # rdqn rows also time updates fed from a full replay, uniform and prioritized.
+        assert (row["prioritized_vs_uniform"] is not None) == (row["agent"] == "rdqn")
+        if row["agent"] == "rdqn":
+            assert _positive(row["prioritized_updates_per_s"]) and _positive(
+                row["uniform_replay_updates_per_s"]
+            )
         # lstm rows run the native kernel and are compared with the TF-graph kernel they replace.
         assert row["kernel"] == ("native" if row["cell"] == "lstm" else "graph")
         assert (row["speedup_vs_graph"] is not None) == (row["kernel"] == "native")
