@@ -6,7 +6,6 @@ MetricsWriter, with greedy evaluations and checkpoints at fixed env-step interva
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
@@ -27,8 +26,8 @@ from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
 from agents.guards import NonFiniteError, StopSignals, nonfinite_metrics
 from agents.metrics import LearnerLog, MetricsWriter, read_progress, rewind
-from agents.networks import NumpyNetwork
 from agents.normalizer import ObsNormalizer
+from agents.policies import with_weights_of
 from agents.replay import SequenceReplay
 from agents.run_state import Counters, restore_run_state, save_run_state
 from agents.rundir import RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
@@ -302,8 +301,7 @@ def _evaluate(run: _Run, recent: deque, started: float) -> dict:
     config, counters, policy = run.config, run.counters, run.policy
     seed = EVAL_SEED_OFFSET + config.seed * 100_003 + counters.evaluations * config.eval.episodes
     if config.eval.network == "target":  # greedy episodes with the EMA (target) weights
-        policy = copy.copy(policy)
-        policy.net = NumpyNetwork(run.learner.eval_network("target"))
+        policy = with_weights_of(policy, run.learner, "target")
     returns = evaluate(run.eval_env, policy, seed=seed)
     counters.evaluations += 1
     row = {

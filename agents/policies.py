@@ -11,6 +11,7 @@ whatever the env's units (Pendulum's torque in [-2, 2] and a task in [-1, 1] sha
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -220,3 +221,11 @@ def step_features(
     if "prev_reward" in inputs:
         parts.append(np.asarray(prev_reward, np.float32)[..., None])
     return np.concatenate(parts, axis=-1)
+
+
+def with_weights_of(policy, learner, which: str):
+    """A copy of ``policy`` acting with the numpy mirror of ``learner.eval_network(which)``
+    (``online`` or ``target``, the EMA weights); the original keeps its own network."""
+    acting = copy.copy(policy)
+    acting.net = NumpyNetwork(learner.eval_network(which))
+    return acting

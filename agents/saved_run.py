@@ -17,7 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from agents.actor import evaluate
 from agents.checkpoint import Checkpointer
 from agents.config import Config, config_from_dict
-from agents.networks import NumpyNetwork
+from agents.policies import with_weights_of
 from agents.run_state import Counters
 from envs import describe_env, make_env, make_vec_env
 from envs.config import ConfigError
@@ -41,9 +41,7 @@ class SavedRun:
         """The acting policy with the ``online`` or ``target`` network's weights."""
         if network not in ("online", "target"):
             raise ConfigError(f"network={network!r} is invalid: allowed online|target")
-        policy = copy.copy(self.policy)
-        policy.net = NumpyNetwork(self.learner.eval_network(network))
-        return policy
+        return with_weights_of(self.policy, self.learner, network)
 
 
 def load_run(run_dir: str | Path, step: int | None = None, backend: str | None = None) -> SavedRun:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.metrics import PROGRESS_COLUMNS
 from scripts.plot import find_runs, group_runs, main
 
 
@@ -19,16 +20,7 @@ def _run(root: Path, name: str, cell: str, seed: int, returns: list[float], ever
     )
     with open(run / "progress.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(
-            [
-                "env_steps",
-                "updates",
-                "wall_time_s",
-                "eval_return_mean",
-                "eval_return_std",
-                "train_return_mean",
-            ]
-        )
+        w.writerow(PROGRESS_COLUMNS)
         for i, r in enumerate(returns):
             w.writerow([(i + 1) * every, i, i, r, 0, r])
     return run
