@@ -148,7 +148,8 @@ class KerasStep:
     """Stock ``keras.layers.LSTM``/``GRU`` doing an rdqn update's recurrent work in one tf.function.
 
     Target forward over ``L``, online burn-in forward, online forward and backward over the rest,
-    a squared TD loss against the target's max, Adam. Same layer sizes as the rdqn row.
+    a squared TD loss against the target's max, Adam. Same layer sizes as the rdqn row (flat vector
+    observations only: rows of other envs have no Keras column).
     """
 
     def __init__(self, config: Config, spec: EnvSpec, seq_len: int) -> None:
@@ -255,7 +256,8 @@ def learner_row(
         if kernel == "native":  # the TF-graph kernel it replaces
             graph = _build_learner(compose, overrides, "graph", seed)
             cases["graph"] = lambda: graph[2].step(graph[3])
-        if config.agent.kind == "rdqn" and config.network.cell in ("lstm", "gru"):
+        flat = len(spec.observation) == 1 and spec.observation[0].kind == "vector"
+        if config.agent.kind == "rdqn" and config.network.cell in ("lstm", "gru") and flat:
             keras_step = KerasStep(config, spec, learner.seq_len)
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
         if config.agent.kind == "rdqn":
