@@ -312,7 +312,6 @@ def _evaluate(run: _Run, recent: deque, started: float) -> dict:
     returns = evaluate(run.eval_env, policy, seed=seed)
     counters.evaluations += 1
     success_return = config.env.success_return
-    success = float(np.mean(returns >= success_return)) if success_return is not None else float("nan")
     row = {
         "env_steps": counters.env_steps,
         "updates": counters.updates,
@@ -320,12 +319,11 @@ def _evaluate(run: _Run, recent: deque, started: float) -> dict:
         "eval_return_mean": float(np.mean(returns)),
         "eval_return_std": float(np.std(returns)),
         "train_return_mean": float(np.mean(recent)) if recent else float("nan"),
-        "eval_success_rate": success,
     }
-    run.writer.progress(row)
     scalars = {"eval/return_mean": row["eval_return_mean"], "eval/return_std": row["eval_return_std"]}
-    if success_return is not None:
-        scalars["eval/success_rate"] = success
+    if success_return is not None:  # progress.csv reads nan where it is not set
+        row["eval_success_rate"] = scalars["eval/success_rate"] = float(np.mean(returns >= success_return))
+    run.writer.progress(row)
     run.writer.scalars(counters.env_steps, scalars)
     return row
 

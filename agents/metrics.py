@@ -31,7 +31,8 @@ PROGRESS_COLUMNS = (
     "train_return_mean",
     "eval_success_rate",  # fraction of evaluation episodes with return >= env.success_return (else nan)
 )
-# Columns a progress.csv written before they existed lacks: read as nan.
+# Columns only some runs fill (nan in progress.csv otherwise, and in files written before they
+# existed): a row read back has them only where they hold a value.
 OPTIONAL_COLUMNS = ("eval_success_rate",)
 
 
@@ -180,10 +181,10 @@ def read_progress(path: str | os.PathLike) -> list[dict[str, float]]:
         return rows
     for raw in csv.DictReader(io.StringIO(text)):
         try:
-            row = {
-                k: float(raw[k] if raw.get(k) is not None or k not in OPTIONAL_COLUMNS else "nan")
-                for k in PROGRESS_COLUMNS
-            }
+            row = {k: float(raw[k]) for k in PROGRESS_COLUMNS if k not in OPTIONAL_COLUMNS}
+            for k in OPTIONAL_COLUMNS:
+                if raw.get(k) not in (None, "", "nan"):
+                    row[k] = float(raw[k])
         except (KeyError, TypeError, ValueError):
             continue
         row["env_steps"], row["updates"] = int(row["env_steps"]), int(row["updates"])
@@ -202,7 +203,7 @@ def rewind(run_dir: str | os.PathLike, step: int) -> list[dict[str, float]]:
     rows = [r for r in read_progress(run_dir / "progress.csv") if r["env_steps"] <= step]
     if (run_dir / "progress.csv").exists():
         out = io.StringIO()
-        w = csv.DictWriter(out, fieldnames=PROGRESS_COLUMNS, lineterminator="\r\n")
+        w = csv.DictWriter(out, fieldnames=PROGRESS_COLUMNS, lineterminator="\r\n", restval="nan")
         w.writeheader()
         for row in rows:
             w.writerow(row)

@@ -23,7 +23,7 @@ CASES = [
     ("agent.lr=abc", "agent.lr=abc is invalid"),
     ("agent.learnin_rate=1", "agent.learnin_rate is not a key: allowed batch_size|"),
     ("agent=foo", "agent=foo is invalid: allowed rddpg|rdqn|rtd3"),
-    ("env=nope", "env=nope is invalid: allowed cartpole|cartpole_p|"),
+    ("env=nope", "env=nope is invalid: allowed atari_pong|cartpole|cartpole_p|"),
     ("+foo=1", "foo is not a key: allowed agent|env|"),
     ("+agent.foo=1", "agent.foo is not a key: allowed"),
     ("seed=1.5", "seed=1.5 is invalid"),

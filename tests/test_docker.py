@@ -27,6 +27,7 @@ PROGRESS_HEADER = [
     "eval_return_mean",
     "eval_return_std",
     "train_return_mean",
+    "eval_success_rate",
 ]
 SHORT_RUN = [
     "train.total_env_steps=2000",
