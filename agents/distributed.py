@@ -156,10 +156,17 @@ def start_ray(runner) -> bool:
     """Join ``runner.address`` or start a local Ray; False if Ray was already running here."""
     if ray.is_initialized():
         return False
+    # Workers of this job: one BLAS thread each (their matmuls are small), and TF's start-up lines
+    # kept off the console as scripts.train keeps them (the hook runs before a worker imports TF).
+    job_env = {
+        "env_vars": {"OPENBLAS_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"},
+        "worker_process_setup_hook": "scripts.tf_logs.quiet_tensorflow",
+    }
     if runner.address:
-        ray.init(address=runner.address, logging_level=logging.WARNING)
+        ray.init(address=runner.address, runtime_env=job_env, logging_level=logging.WARNING)
     else:
-        ray.init(num_cpus=runner.num_cpus or None, include_dashboard=False, logging_level=logging.WARNING)
+        cpus = runner.num_cpus or None
+        ray.init(num_cpus=cpus, runtime_env=job_env, include_dashboard=False, logging_level=logging.WARNING)
     return True
 
 
@@ -172,11 +179,9 @@ class RaySource:
         self.n, self.e, self.every = r.num_actors, r.envs_per_actor, r.weight_sync_every
         self.limit = r.max_restarts
         self.num_envs, self.policy, self.replay = self.n * self.e, policy, replay
-        env_vars = {"OPENBLAS_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
         remote = ray.remote(ActingWorker).options(
-            num_cpus=r.actor_cpus, max_restarts=r.max_restarts, max_task_retries=0,
-            runtime_env={"env_vars": env_vars},
-        )  # fmt: skip
+            num_cpus=r.actor_cpus, max_restarts=r.max_restarts, max_task_retries=0
+        )
         keys = list(replay.data)
         self.workers = [remote.remote(config, spec, i, keys, env_seed, reset_seed) for i in range(self.n)]
         self.pending: list[Any] = [None] * self.n  # the call in flight per worker
