@@ -14,8 +14,9 @@ while the learner updates. What this costs: the slowest worker sets the pace. A 
 block, and a faster worker idles once its next block is ready; one stalled worker stalls training.
 
 Restarts: workers are Ray actors created with ``max_restarts`` (``runner.max_restarts``). A call
-to a dead worker raises ``RayActorError``; the source sends the call again (Ray queues it until the
-worker is back) with the current weights. The first block a worker sends after (re)starting is
+to a dead or restarting worker raises ``RayActorError``; the source sends the call again (every
+``RETRY_WAIT_S`` while Ray restarts the worker) with the current weights, and gives up with an error
+once a worker died more than ``max_restarts`` times. The first block a worker sends after (re)starting is
 marked ``fresh``; when it comes from a worker that had delivered before, that worker's columns end
 their open episodes (``SequenceReplay.end_episodes``) before the block is written, so no n-step
 target reaches across the restart. Each restart logs one warning and counts in the summary.
@@ -43,6 +44,7 @@ from envs import make_vec_env
 log = logging.getLogger("recurrl")
 
 WORKER_SEED_STRIDE = 10_007  # worker i's policy (exploration RNG) draws from seed + this * (i + 1)
+RETRY_WAIT_S = 0.2  # pause before calling a restarting worker again
 
 
 class RowSink:
@@ -217,12 +219,15 @@ class RaySource:
             self.pending[i] = None
             try:
                 self.ready[i].append(ray.get(ref))
+            except ray.exceptions.ActorUnavailableError:  # restarting: ask again a little later
+                self.sent[i] = -1
+                time.sleep(RETRY_WAIT_S)
             except ray.exceptions.RayActorError as exc:
-                self._failed(i, exc)
+                self._died(i, exc)
             if not self.ready[i]:
                 self._submit(i)
 
-    def _failed(self, i: int, exc: Exception) -> None:
+    def _died(self, i: int, exc: Exception) -> None:
         self.failures[i] += 1
         if 0 <= self.limit < self.failures[i]:
             raise RuntimeError(
