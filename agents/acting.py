@@ -48,7 +48,8 @@ class RunnerConfig:
     weight_sync_every: int = 10
     # ray: a running cluster to join (ray.init(address=...)); empty starts a local Ray.
     address: str = ""
-    # ray, local Ray only: CPUs Ray may schedule on (0 = Ray's default, every core).
+    # ray, local Ray only: CPUs Ray may schedule on (0 = the machine's cores, or
+    # num_actors * actor_cpus if that is more).
     num_cpus: int = 0
     # ray: CPUs Ray reserves for each worker (fractions let several workers share a core).
     actor_cpus: float = 1.0

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections import deque
@@ -166,8 +167,8 @@ def start_ray(runner) -> bool:
     }
     if runner.address:
         ray.init(address=runner.address, runtime_env=job_env, logging_level=logging.WARNING)
-    else:
-        cpus = runner.num_cpus or None
+    else:  # 0: the machine's cores, or enough for every worker's reservation if that is more
+        cpus = runner.num_cpus or max(os.cpu_count() or 1, math.ceil(runner.num_actors * runner.actor_cpus))
         ray.init(num_cpus=cpus, runtime_env=job_env, include_dashboard=False, logging_level=logging.WARNING)
     return True
 
@@ -184,6 +185,11 @@ class RaySource:
         remote = ray.remote(ActingWorker).options(
             num_cpus=r.actor_cpus, max_restarts=r.max_restarts, max_task_retries=0
         )
+        free, need = ray.available_resources().get("CPU", 0.0), r.num_actors * r.actor_cpus
+        if need > free:
+            log.warning(
+                "Ray has %g CPUs free, the workers reserve %g: some wait until CPUs free up", free, need
+            )
         keys = list(replay.data)
         self.workers = [remote.remote(config, spec, i, keys, env_seed, reset_seed) for i in range(self.n)]
         self.pending: list[Any] = [None] * self.n  # the call in flight per worker
