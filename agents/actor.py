@@ -17,6 +17,7 @@ import numpy as np
 
 from agents.networks import NumpyNetwork, flat_state
 from agents.replay import SequenceReplay
+from envs.spaces import observation_leaves, split_obs
 
 NpState = tuple[np.ndarray, ...]
 
@@ -28,13 +29,14 @@ class Policy(Protocol):
 
     def act(
         self,
-        obs: np.ndarray,
+        obs: dict[str, np.ndarray],
         prev_action: np.ndarray,
         prev_reward: np.ndarray,
         state: NpState,
         explore: bool,
     ) -> tuple[np.ndarray, NpState]:
-        """``obs`` ``[E, O]`` -> actions ``[E]`` (discrete) or ``[E, A]``, and the next state."""
+        """Observation leaves ``{name: [E, ...]}`` -> actions ``[E]`` (discrete) or ``[E, A]``, and
+        the next state."""
         ...
 
     def episode_start(self, envs: np.ndarray) -> None:
@@ -58,7 +60,11 @@ class EpisodeStats:
 
 
 class Actor:
-    """Steps a NEXT_STEP-autoreset vector env; writes one replay row per env per step."""
+    """Steps a NEXT_STEP-autoreset vector env; writes one replay row per env per step.
+
+    ``obs`` holds the current observation as leaves ``{name: [E, ...]}`` in their stored dtypes
+    (envs/spaces.py): the policy reads them and replay stores them as they are.
+    """
 
     def __init__(
         self,
@@ -75,7 +81,8 @@ class Actor:
         self.num_actions = int(env.single_action_space.n) if self.discrete else 0
         act_shape = (self.num_actions,) if self.discrete else env.single_action_space.shape
         seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
-        self.obs, _ = env.reset(seed=seeds)
+        self.leaves = observation_leaves(env.single_observation_space)
+        self.obs = split_obs(env.reset(seed=seeds)[0], self.leaves)
         self.state = policy.net.initial_state(self.num_envs)
         self.first = np.ones(self.num_envs, np.float32)  # obs starts an episode
         self.final_row = np.zeros(self.num_envs, bool)  # obs is an episode's final observation
@@ -102,7 +109,7 @@ class Actor:
         truncated = truncated & valid
         if self.replay is not None:
             row = {
-                "obs": self.obs,
+                **self.obs,
                 "state": flat_state(state_before, self.num_envs),
                 "first": self.first,
                 "valid": valid.astype(np.float32),
@@ -131,7 +138,7 @@ class Actor:
         else:
             self.prev_action = np.asarray(action, np.float32).reshape(self.prev_action.shape)
         self.prev_reward = reward
-        self.obs, self.state = next_obs, next_state
+        self.obs, self.state = split_obs(next_obs, self.leaves), next_state
         return stats
 
 

@@ -25,8 +25,9 @@ import tensorflow as tf
 
 from agents import kernels
 from agents.core import RecurrentCore, State
-from agents.encoder import Encoder, dense_stack
+from agents.encoder import Encoder, Inputs, dense_stack
 from agents.networks import NetworkConfig
+from envs.spaces import Observation
 
 
 def _build_stack(layers: list[keras.layers.Dense], width: int) -> int:
@@ -42,19 +43,21 @@ class ActorCriticNetwork(keras.Model):
     def __init__(
         self,
         config: NetworkConfig,
-        input_dim: int,
+        observation: Observation | int,
         action_dim: int,
         actor: bool,
         num_critics: int,
         name: str,
-        norm_dim: int = 0,
+        extras_dim: int = 0,
+        normalize: bool = False,
     ) -> None:
-        """``norm_dim``: leading input features (the observation) to normalise, 0 for none."""
+        """``observation``, ``extras_dim``, ``normalize``: as for a
+        :class:`agents.networks.RecurrentNetwork`."""
         super().__init__(name=name)
         self.config = config
-        self.input_dim, self.action_dim = int(input_dim), int(action_dim)
+        self.action_dim = int(action_dim)
         self.kernels = kernels.for_network(config)  # decided once; the layers follow it
-        self.encoder = Encoder(config, self.input_dim, norm_dim, self.kernels)
+        self.encoder = Encoder(config, observation, extras_dim, self.kernels, normalize)
         self.core = RecurrentCore(
             config.cell, config.units, config.reset_after, self.kernels.recurrence, name="core"
         )
@@ -89,8 +92,9 @@ class ActorCriticNetwork(keras.Model):
         """Zero state: tuple of ``[B, U]``."""
         return self.core.initial_state(batch_size)
 
-    def encode(self, inputs: tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """History features: ``inputs`` ``[B, T, F]``, ``first`` ``[B, T]`` -> ``[B, T, U]``, final state."""
+    def encode(self, inputs: Inputs | tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
+        """History features: ``inputs`` leaves ``[B, T, ...]`` (or ``[B, T, F]``), ``first`` ``[B, T]``
+        -> ``[B, T, U]`` and the final state."""
         return self.core.unroll(self.encoder(inputs), state, first)
 
     def policy(self, h: tf.Tensor) -> tf.Tensor:
@@ -115,21 +119,21 @@ class ActorCriticNetwork(keras.Model):
             out.append(self.q_heads[i](x)[..., 0])
         return out
 
-    def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        """Keras entry point: the actor's actions from a zero state, ``[B, T, F] -> [B, T, A]``."""
-        shape = tf.shape(inputs)
-        h, _ = self.encode(inputs, self.initial_state(shape[0]), tf.zeros(shape[:2], inputs.dtype))
+    def call(self, inputs: Inputs | tf.Tensor) -> tf.Tensor:
+        """Keras entry point: the actor's actions from a zero state, ``[B, T, ...] -> [B, T, A]``."""
+        shape = tf.shape(tf.nest.flatten(inputs)[0])
+        h, _ = self.encode(inputs, self.initial_state(shape[0]), tf.zeros(shape[:2], tf.float32))
         return self.policy(h)
 
 
 def actor_and_critic(
     config: NetworkConfig,
-    input_dim: int,
+    observation: Observation | int,
+    extras_dim: int,
     action_dim: int,
     num_critics: int,
     shared_core: bool,
     side: str,
-    norm_dim: int,
 ) -> tuple[ActorCriticNetwork, ActorCriticNetwork]:
     """One side's (``online`` or ``target``) actor and critic: one instance twice if ``shared_core``.
 
@@ -137,12 +141,13 @@ def actor_and_critic(
     order, so a seed gives the same weights).
     """
     if shared_core:
-        both = ActorCriticNetwork(
-            config, input_dim, action_dim, True, num_critics, f"{side}_actor_critic", norm_dim
-        )
+        name = f"{side}_actor_critic"
+        both = ActorCriticNetwork(config, observation, action_dim, True, num_critics, name, extras_dim, True)
         return both, both
-    actor = ActorCriticNetwork(config, input_dim, action_dim, True, 0, f"{side}_actor", norm_dim)
-    critic = ActorCriticNetwork(config, input_dim, action_dim, False, num_critics, f"{side}_critic", norm_dim)
+    actor = ActorCriticNetwork(config, observation, action_dim, True, 0, f"{side}_actor", extras_dim, True)
+    critic = ActorCriticNetwork(
+        config, observation, action_dim, False, num_critics, f"{side}_critic", extras_dim, True
+    )
     return actor, critic
 
 

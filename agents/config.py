@@ -144,8 +144,45 @@ def _validate_capacity(r: ReplayConfig, num_envs: int, n_step: int) -> None:
 
 
 def validate_for_env(config: Config, spec: EnvSpec) -> None:
-    """Checks that need the env: the action space must suit the agent (its config says how)."""
+    """Checks that need the env: the action space must suit the agent (its config says how), and
+    the replay must fit in the memory this machine has available."""
     config.agent.validate_for_env(config.env, spec)
+    available = available_memory_bytes()
+    need = replay_bytes(config, spec)
+    if available is not None and need > available:
+        per_row = need // max(config.replay.capacity, 1)
+        _check(
+            False,
+            "replay.capacity",
+            config.replay.capacity,
+            f"at most {available // per_row} here: {per_row} bytes per row need {need / 2**30:.2f} GiB and "
+            f"{available / 2**30:.2f} GiB of memory is available",
+        )
+
+
+def replay_bytes(config: Config, spec: EnvSpec) -> int:
+    """Bytes the replay's rows take at ``replay.capacity``: the observation leaves in their own
+    dtypes, the recurrent state, actions and the per-row scalars (agents/replay.py)."""
+    from envs.spaces import row_bytes
+
+    n = config.network
+    state = {"mlp": 0, "gru": 1}.get(n.cell, 2) * n.units * 4  # (h, c) for the LSTMs
+    action = 4 if spec.discrete else 4 * spec.num_actions  # int32 index, or float32 [A]
+    extras = (4 * spec.num_actions + 4) if n.inputs else 0  # prev_action (one-hot or [A]), prev_reward
+    per_row = row_bytes(spec.observation) + state + action + extras + 5 * 4
+    envs = training_envs(config)
+    return int(per_row) * (config.replay.capacity // envs) * envs
+
+
+def available_memory_bytes() -> int | None:
+    """``MemAvailable`` of /proc/meminfo (None where it cannot be read)."""
+    try:
+        for line in open("/proc/meminfo").read().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def config_from_dict(data: dict) -> Config:

@@ -10,7 +10,11 @@ The SavedModel has two signatures (and the same two functions as attributes of t
 ``state`` is the recurrent state flattened as in replay (``(h, c)`` for an LSTM, ``h`` for a GRU),
 followed by the previous action when the network reads it (``network.inputs=[prev_action]``).
 Zero it (or call ``initial_state``) where an episode starts. rdqn acts greedily (argmax Q);
-rddpg/rtd3 deterministically (the actor's mean, in the env's action units).
+rddpg/rtd3 deterministically (the actor's mean, in the env's action units). An env whose
+observation is not one flat vector (a Dict, Tuple, image or discrete space) takes one input per
+observation leaf instead of ``observation``: the signature's inputs are named after the leaves
+with dots as underscores (``obs_image``, ``obs_direction``), each ``[B, *shape]`` in its own dtype;
+the function attribute takes them as a dict ``{"obs.image": ..., "obs.direction": ...}``.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ class PolicyModule(tf.Module):
         self.net = saved.learner.eval_network(network)
         self.discrete = saved.spec.discrete
         self.num_actions = saved.spec.num_actions
-        self.obs_dim = saved.spec.obs_dim
+        self.observation = saved.spec.observation
+        self.flat = len(self.observation) == 1 and self.observation[0].kind == "vector"
         self.state_sizes = tuple(self.net.state_sizes)
         self.prev_action = "prev_action" in inputs
         self.state_dim = sum(self.state_sizes) + (self.num_actions if self.prev_action else 0)
@@ -51,25 +56,30 @@ class PolicyModule(tf.Module):
             self.center = tf.constant((high + low) / 2, tf.float32)
             self.half = tf.constant((high - low) / 2, tf.float32)
         self.initial_state = tf.function(self._initial_state, input_signature=[tf.TensorSpec([], tf.int32)])
-        spec = [
-            tf.TensorSpec([None, self.obs_dim], tf.float32),
-            tf.TensorSpec([None, self.state_dim], tf.float32),
-        ]
-        self.step = tf.function(self._step, input_signature=spec)
+        state = tf.TensorSpec([None, self.state_dim], tf.float32)
+        if self.flat:
+            obs = tf.TensorSpec([None, self.observation[0].width], tf.float32)
+            self.step = tf.function(lambda observation, state: self._step({"obs": observation}, state),
+                                    input_signature=[obs, state])  # fmt: skip
+        else:
+            leaves = {
+                leaf.name: tf.TensorSpec([None, *leaf.shape], leaf.dtype, name=leaf.name.replace(".", "_"))
+                for leaf in self.observation
+            }
+            self.step = tf.function(self._step, input_signature=[leaves, state])
 
     def _initial_state(self, batch_size: tf.Tensor) -> dict[str, tf.Tensor]:
         return {"state": tf.zeros(tf.stack([batch_size, self.state_dim]), tf.float32)}
 
-    def _step(self, observation: tf.Tensor, state: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _step(self, observation: dict[str, tf.Tensor], state: tf.Tensor) -> dict[str, tf.Tensor]:
         parts, start = [], 0
         for size in self.state_sizes:
             parts.append(state[:, start : start + size])
             start += size
-        x = observation
+        x = {k: v[:, None] for k, v in observation.items()}  # [B, 1, ...]
         if self.prev_action:
-            x = tf.concat([x, state[:, start:]], axis=-1)
-        x = x[:, None, :]  # [B, 1, F]
-        first = tf.zeros(tf.shape(x)[:2], tf.float32)
+            x["extras"] = state[:, None, start:]
+        first = tf.zeros(tf.stack([tf.shape(state)[0], 1]), tf.float32)
         if self.discrete:
             q, new_state = self.net.unroll(x, tuple(parts), first)
             q = q[:, 0]
@@ -82,7 +92,7 @@ class PolicyModule(tf.Module):
             mean = self.center + self.half * taken
             out = {"action": mean, "action_mean": mean}
         flat = list(new_state) + ([taken] if self.prev_action else [])
-        out["state"] = tf.concat(flat, axis=-1) if flat else tf.zeros([tf.shape(x)[0], 0])
+        out["state"] = tf.concat(flat, axis=-1) if flat else tf.zeros([tf.shape(state)[0], 0])
         return out
 
 
@@ -110,6 +120,12 @@ def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
     ``GRU`` with the trained weights (the cores keep Keras' weight layouts).
     """
     config = saved.config.network
+    if not (len(saved.spec.observation) == 1 and saved.spec.observation[0].kind == "vector"):
+        leaves = [leaf.name for leaf in saved.spec.observation]
+        raise ConfigError(
+            f"format=keras exports a flat vector observation; this run's observation has leaves "
+            f"{leaves}: use format=saved_model"
+        )
     if config.cell not in ("lstm", "gru"):
         raise ConfigError(
             f"network.cell={config.cell!r} has no stock Keras layer: format=keras allows lstm|gru"
@@ -125,8 +141,8 @@ def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
     obs = keras.Input((None, saved.spec.obs_dim), name="observation")
     state_in = [keras.Input((s,), name=n) for s, n in zip(net.state_sizes, ("h", "c"), strict=False)]
     x = obs
-    if encoder.norm_dim:
-        mean, std = np.asarray(encoder.input_mean), np.asarray(encoder.input_std)
+    if "obs" in encoder.stats:
+        mean, std = (np.asarray(v) for v in encoder.stats["obs"])
         clip = float(config.obs_clip)
         x = keras.layers.Normalization(mean=mean, variance=np.square(std), name="normalize")(x)
         x = keras.layers.Rescaling(1.0 / clip)(x)

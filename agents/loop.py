@@ -131,7 +131,14 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
         seed=config.seed + REPLAY_SEED_OFFSET,
         priority=r,
     )
-    normalizer = ObsNormalizer(spec.obs_dim)
+    log.info(
+        "replay: %d rows x %d envs, %.1f MiB (observation leaves: %s)",
+        replay.rows,
+        replay.num_envs,
+        replay.nbytes / 2**20,
+        ", ".join(f"{leaf.name} {leaf.kind} {list(leaf.shape)} {leaf.dtype}" for leaf in spec.observation),
+    )
+    normalizer = ObsNormalizer(spec.observation)
     ckpt = Checkpointer(run_dir, **learner.trackables())
     evals: list[dict] = []
     if config.resume:
@@ -312,6 +319,8 @@ def _evaluate(run: _Run, recent: deque, started: float) -> dict:
         policy = with_weights_of(policy, run.learner, "target")
     returns = evaluate(run.eval_env, policy, seed=seed)
     counters.evaluations += 1
+    success_return = config.env.success_return
+    success = float(np.mean(returns >= success_return)) if success_return is not None else float("nan")
     row = {
         "env_steps": counters.env_steps,
         "updates": counters.updates,
@@ -319,12 +328,13 @@ def _evaluate(run: _Run, recent: deque, started: float) -> dict:
         "eval_return_mean": float(np.mean(returns)),
         "eval_return_std": float(np.std(returns)),
         "train_return_mean": float(np.mean(recent)) if recent else float("nan"),
+        "eval_success_rate": success,
     }
     run.writer.progress(row)
-    run.writer.scalars(
-        counters.env_steps,
-        {"eval/return_mean": row["eval_return_mean"], "eval/return_std": row["eval_return_std"]},
-    )
+    scalars = {"eval/return_mean": row["eval_return_mean"], "eval/return_std": row["eval_return_std"]}
+    if success_return is not None:
+        scalars["eval/success_rate"] = success
+    run.writer.scalars(counters.env_steps, scalars)
     return row
 
 

@@ -29,7 +29,10 @@ PROGRESS_COLUMNS = (
     "eval_return_mean",
     "eval_return_std",
     "train_return_mean",
+    "eval_success_rate",  # fraction of evaluation episodes with return >= env.success_return (else nan)
 )
+# Columns a progress.csv written before they existed lacks: read as nan.
+OPTIONAL_COLUMNS = ("eval_success_rate",)
 
 
 def td_summary(td_error: np.ndarray, mask: np.ndarray, bins: int = 8) -> dict[str, float]:
@@ -172,7 +175,10 @@ def read_progress(path: str | os.PathLike) -> list[dict[str, float]]:
         return rows
     for raw in csv.DictReader(io.StringIO(text)):
         try:
-            row = {k: float(raw[k]) for k in PROGRESS_COLUMNS}
+            row = {
+                k: float(raw[k] if raw.get(k) is not None or k not in OPTIONAL_COLUMNS else "nan")
+                for k in PROGRESS_COLUMNS
+            }
         except (KeyError, TypeError, ValueError):
             continue
         row["env_steps"], row["updates"] = int(row["env_steps"]), int(row["updates"])

@@ -15,8 +15,12 @@ import tensorflow as tf
 
 from agents import kernels
 from agents.core import CELLS, RecurrentCore, State, core_weights, numpy_core_step
-from agents.encoder import Encoder, NumpyEncoder, dense_stack, numpy_dense_relu, numpy_dense_relu_step
+from agents.encoder import Encoder, Inputs, NumpyEncoder, dense_stack, numpy_dense_relu, numpy_dense_relu_step
+from agents.torso import CNN_PRESETS
 from envs.config import check
+from envs.spaces import Observation
+
+ENCODERS = ("auto", "flat")
 
 
 @dataclass
@@ -42,6 +46,15 @@ class NetworkConfig:
     dueling: bool = False
     # Normalised observations are clipped to [-obs_clip, obs_clip].
     obs_clip: float = 5.0
+    # How observation leaves become features: auto (image leaves through the conv torso, discrete
+    # one-hot, vectors as they are) | flat (image leaves flattened into a vector, no torso).
+    encoder: str = "auto"
+    # Conv torso for image leaves (agents/torso.py): minigrid (small, 7x7 views) | nature (DQN, 84x84).
+    cnn: str = "minigrid"
+    # Replace the preset's conv channels, square kernel sizes and strides (one entry per layer).
+    cnn_channels: list[int] = field(default_factory=list)
+    cnn_kernels: list[int] = field(default_factory=list)
+    cnn_strides: list[int] = field(default_factory=list)
     # LayerNorm between each dense layer (pre, post) and its ReLU, as in PQN (Gallici et al. 2024).
     layer_norm: bool = False
     # Implementation of the learner's recurrence and LayerNorm dense layers (agents/kernels.py):
@@ -60,31 +73,48 @@ class NetworkConfig:
             widths = list(getattr(self, key))
             check(all(w >= 1 for w in widths), f"network.{key}", widths, "widths >= 1")
         check(self.backend in kernels.BACKENDS, "network.backend", self.backend, "|".join(kernels.BACKENDS))
+        check(self.encoder in ENCODERS, "network.encoder", self.encoder, "|".join(ENCODERS))
+        check(self.cnn in CNN_PRESETS, "network.cnn", self.cnn, "|".join(CNN_PRESETS))
+        layers = len(CNN_PRESETS[self.cnn][0])
+        given = [len(v) for v in (self.cnn_channels, self.cnn_kernels, self.cnn_strides) if len(v)]
+        layers = given[0] if given else layers
+        for key in ("cnn_channels", "cnn_kernels", "cnn_strides"):
+            values = list(getattr(self, key))
+            ok = all(v >= 1 for v in values) and len(values) in (0, layers)
+            check(
+                ok,
+                f"network.{key}",
+                values,
+                f"[] (the preset's) or {layers} integers >= 1, one per conv layer",
+            )
         allowed = f"auto|graph|scan for cell={self.cell}"
         check(self.backend != "native" or self.cell == "lstm", "network.backend", self.backend, allowed)
 
 
 class RecurrentNetwork(keras.Model):
-    """``[B, T, F]`` inputs -> ``[B, T, O]`` outputs, with a recurrent state carried between calls."""
+    """Observation leaves ``[B, T, ...]`` (and extras ``[B, T, X]``) -> ``[B, T, O]`` outputs, with a
+    recurrent state carried between calls."""
 
     def __init__(
         self,
         config: NetworkConfig,
-        input_dim: int,
+        observation: Observation | int,
         output_dim: int,
         output_activation: str | None = None,
         name: str = "network",
-        norm_dim: int = 0,
+        extras_dim: int = 0,
+        normalize: bool = False,
     ) -> None:
-        """``norm_dim``: leading input features to normalise (the observation), 0 for none."""
+        """``observation``: the env's leaves (an int ``F``: one flat vector input ``[B, T, F]``);
+        ``extras_dim``: width of the ``extras`` input (network.inputs); ``normalize``: scale vector
+        and image leaves by running statistics (agents/normalizer.py)."""
         super().__init__(name=name)
         if config.cell not in CELLS:
             raise ValueError(f"unknown cell {config.cell!r}")
         self.config = config
-        self.input_dim = int(input_dim)
         self.output_dim = int(output_dim)
         self.kernels = kernels.for_network(config)  # decided once; the layers follow it
-        self.encoder = Encoder(config, self.input_dim, norm_dim, self.kernels)
+        self.encoder = Encoder(config, observation, extras_dim, self.kernels, normalize)
         self.core = RecurrentCore(
             config.cell, config.units, config.reset_after, self.kernels.recurrence, name="core"
         )
@@ -115,8 +145,9 @@ class RecurrentNetwork(keras.Model):
         """Zero state: tuple of ``[B, U]``."""
         return self.core.initial_state(batch_size)
 
-    def unroll(self, inputs: tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """``inputs`` ``[B, T, F]``, ``state`` tuple of ``[B, U]``, ``first`` ``[B, T]`` -> ``[B, T, O]``."""
+    def unroll(self, inputs: Inputs | tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
+        """``inputs`` leaves ``[B, T, ...]`` (a tensor ``[B, T, F]`` for one flat leaf), ``state``
+        tuple of ``[B, U]``, ``first`` ``[B, T]`` -> ``[B, T, O]`` and the final state."""
         x, final_state = self.core.unroll(self.encoder(inputs), state, first)
         for layer in self.post:
             x = layer(x)
@@ -126,11 +157,32 @@ class RecurrentNetwork(keras.Model):
         q = self.value_head(x) + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
         return q, final_state
 
-    def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        """Keras entry point: unroll from a zero state with no resets; ``[B, T, F] -> [B, T, O]``."""
-        shape = tf.shape(inputs)
-        out, _ = self.unroll(inputs, self.initial_state(shape[0]), tf.zeros(shape[:2], dtype=inputs.dtype))
+    def call(self, inputs: Inputs | tf.Tensor) -> tf.Tensor:
+        """Keras entry point: unroll from a zero state with no resets; ``[B, T, ...] -> [B, T, O]``."""
+        shape = tf.shape(tf.nest.flatten(inputs)[0])
+        out, _ = self.unroll(inputs, self.initial_state(shape[0]), tf.zeros(shape[:2], tf.float32))
         return out
+
+
+def input_spec(
+    observation: Observation, extras_dim: int, batch: int, length: int
+) -> dict[str, tf.TensorSpec]:
+    """A compiled step's network inputs: each leaf ``[B, L, *shape]`` in its stored dtype, and
+    ``extras`` ``[B, L, X]`` when ``extras_dim`` > 0."""
+    spec = {leaf.name: tf.TensorSpec([batch, length, *leaf.shape], leaf.dtype) for leaf in observation}
+    if extras_dim:
+        spec["extras"] = tf.TensorSpec([batch, length, extras_dim], tf.float32)
+    return spec
+
+
+def obs_fields(observation: Observation) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Replay fields of the observation leaves: their raw shape and dtype."""
+    return {leaf.name: (leaf.shape, np.dtype(leaf.dtype)) for leaf in observation}
+
+
+def time_slice(inputs: Inputs, start: int, stop: int | None = None) -> Inputs:
+    """Steps ``[start, stop)`` of every input ``[B, L, ...]``."""
+    return {k: v[:, start:stop] for k, v in inputs.items()}
 
 
 def flat_state(state: tuple[np.ndarray, ...], batch_size: int) -> np.ndarray:
@@ -178,8 +230,11 @@ class NumpyNetwork:
         """Zero state: tuple of ``[B, U]`` float32 arrays."""
         return tuple(np.zeros((batch_size, s), np.float32) for s in self.state_sizes)
 
-    def step(self, x: np.ndarray, state: tuple[np.ndarray, ...]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        """``x`` ``[B, F]`` -> outputs ``[B, O]`` and the next state."""
+    def step(
+        self, x: dict[str, np.ndarray] | np.ndarray, state: tuple[np.ndarray, ...]
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """Leaves ``[B, ...]`` (an array ``[B, F]`` for one flat leaf) and ``extras`` ``[B, X]`` ->
+        outputs ``[B, O]`` and the next state."""
         x, state = numpy_core_step(self.cell, self.core, self.encoder.step(x), state, self.reset_after)
         for weights in self.post:
             x = numpy_dense_relu_step(weights, x)

@@ -99,10 +99,11 @@ class Noise(Protocol):
 
 
 class EpsilonGreedy:
-    """Batched epsilon-greedy over a numpy Q-network: ``[E, O] -> [E]`` int actions.
+    """Batched epsilon-greedy over a numpy Q-network: observation leaves ``[E, ...]`` -> ``[E]``
+    int actions.
 
-    ``inputs`` (``network.inputs``) appends the one-hot previous action ``[E, A]`` and/or the
-    previous reward ``[E]`` to the observation, as the learner does from replay.
+    ``inputs`` (``network.inputs``) adds the one-hot previous action ``[E, A]`` and/or the
+    previous reward ``[E]`` as extra inputs, as the learner does from replay.
     """
 
     def __init__(
@@ -127,9 +128,7 @@ class EpsilonGreedy:
         state: NpState,
         explore: bool,
     ) -> tuple[np.ndarray, NpState]:
-        if self.inputs:
-            obs = step_features(obs, prev_action, prev_reward, self.inputs, None)
-        q, state = self.net.step(obs, state)  # [E, A]
+        q, state = self.net.step(network_inputs(obs, prev_action, prev_reward, self.inputs, None), state)
         action = q.argmax(axis=1).astype(np.int32)
         if explore:
             eps = self.epsilon()
@@ -148,7 +147,7 @@ class EpsilonGreedy:
 
 
 class DeterministicPolicy:
-    """Batched recurrent actor with exploration noise: ``obs`` ``[E, O]`` -> actions ``[E, A]``.
+    """Batched recurrent actor with exploration noise: observation leaves ``[E, ...]`` -> actions ``[E, A]``.
 
     Before ``learning_starts`` env steps the actions are uniform in the bounds (the actor's state
     still advances, so replay records the state it really had).
@@ -166,9 +165,12 @@ class DeterministicPolicy:
         self.net, self.scaler, self.inputs = net, scaler, list(inputs)
         self.noise, self.random_actions, self.rng = noise, random_actions, rng
 
-    def features(self, obs: np.ndarray, prev_action: np.ndarray, prev_reward: np.ndarray) -> np.ndarray:
-        """Per-step network input ``[E, F]``: obs, then the extras named in ``network.inputs``."""
-        return step_features(obs, prev_action, prev_reward, self.inputs, self.scaler)
+    def features(
+        self, obs: dict[str, np.ndarray], prev_action: np.ndarray, prev_reward: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Per-step network inputs: observation leaves ``[E, ...]``, and the extras ``[E, X]``
+        named in ``network.inputs``."""
+        return network_inputs(obs, prev_action, prev_reward, self.inputs, self.scaler)
 
     def episode_start(self, envs: np.ndarray) -> None:
         """Envs (``[E]`` bool) whose next step starts an episode: restart their noise process."""
@@ -198,29 +200,45 @@ class DeterministicPolicy:
         return self.scaler.to_env(u), state
 
 
-def feature_width(obs_dim: int, action_width: int, inputs: list[str]) -> int:
-    """``F`` of :func:`step_features`: obs, plus ``action_width`` (one-hot or box) and 1 for the reward."""
-    return obs_dim + action_width * ("prev_action" in inputs) + ("prev_reward" in inputs)
+def extras_width(action_width: int, inputs: list[str]) -> int:
+    """``X`` of :func:`extra_features`: ``action_width`` (one-hot or box) and 1 for the reward."""
+    return action_width * ("prev_action" in inputs) + ("prev_reward" in inputs)
 
 
-def step_features(
-    obs: np.ndarray,
+def extra_features(
     prev_action: np.ndarray,
     prev_reward: np.ndarray,
     inputs: list[str],
     scaler: ActionScaler | None,
 ) -> np.ndarray:
-    """``[..., O]`` obs plus ``[..., A]`` previous action and ``[...]`` previous reward -> ``[..., F]``.
+    """``[..., A]`` previous action and ``[...]`` previous reward -> the ``[..., X]`` extra inputs
+    named in ``network.inputs`` (in the order action, reward).
 
     Continuous actions are mapped to ``[-1, 1]`` by ``scaler``; with ``scaler=None`` (discrete
     actions) ``prev_action`` is used as given: the Actor's one-hot, all zero at an episode start.
     """
-    parts = [np.asarray(obs, np.float32)]
+    parts = []
     if "prev_action" in inputs:
         parts.append(np.asarray(prev_action, np.float32) if scaler is None else scaler.from_env(prev_action))
     if "prev_reward" in inputs:
         parts.append(np.asarray(prev_reward, np.float32)[..., None])
-    return np.concatenate(parts, axis=-1)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+
+
+def network_inputs(
+    obs: dict[str, np.ndarray] | np.ndarray,
+    prev_action: np.ndarray,
+    prev_reward: np.ndarray,
+    inputs: list[str],
+    scaler: ActionScaler | None,
+) -> dict[str, np.ndarray]:
+    """Observation leaves (a plain array: the single flat leaf ``obs``) plus, when
+    ``network.inputs`` asks for them, ``extras`` ``[..., X]``."""
+    if not isinstance(obs, dict):
+        obs = {"obs": obs}
+    if not inputs:
+        return obs
+    return {**obs, "extras": extra_features(prev_action, prev_reward, inputs, scaler)}
 
 
 def with_weights_of(policy, learner, which: str):

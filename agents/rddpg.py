@@ -27,19 +27,20 @@ import tensorflow as tf
 from agents.actor_critic import ActorCriticNetwork, actor_and_critic, trained_by_each_loss
 from agents.agent import StepCounter, register, validate_common
 from agents.compiled import CompiledStep
-from agents.networks import NetworkConfig, NumpyNetwork, split_state
+from agents.networks import NetworkConfig, NumpyNetwork, input_spec, obs_fields, split_state, time_slice
 from agents.optim import FusedAdam
 from agents.policies import (
     ActionScaler,
     DeterministicPolicy,
     GaussianNoise,
     OUNoise,
-    feature_width,
-    step_features,
+    extras_width,
+    network_inputs,
 )
 from agents.returns import masked_mean, n_step_targets
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
+from envs.spaces import Observation, vector_observation
 
 if TYPE_CHECKING:
     from agents.config import Config
@@ -134,10 +135,10 @@ class RDDPGConfig:
             )
 
 
-def _batch_spec(b: int, length: int, in_dim: int, a: int, state_dim: int) -> dict[str, tf.TensorSpec]:
-    """The compiled step's input: features ``x`` ``[B, L, F]``, actions ``[B, L, A]`` in [-1, 1]."""
+def _batch_spec(inputs: dict[str, tf.TensorSpec], b: int, length: int, a: int, state_dim: int) -> dict:
+    """The compiled step's input: network ``inputs`` (leaves, extras), actions ``[B, L, A]`` in [-1, 1]."""
     return {
-        "x": tf.TensorSpec([b, length, in_dim], tf.float32),
+        **inputs,
         "action": tf.TensorSpec([b, length, a], tf.float32),
         "state": tf.TensorSpec([b, state_dim], tf.float32),
         **{
@@ -158,7 +159,7 @@ class RDDPGLearner:
         self,
         config: RDDPGConfig,
         network: NetworkConfig,
-        obs_dim: int,
+        observation: Observation | int,
         action_low: np.ndarray,
         action_high: np.ndarray,
         burn_in: int,
@@ -169,16 +170,18 @@ class RDDPGLearner:
         self.inputs = list(network.inputs)
         self.burn_in, self.trace_length = int(burn_in), int(trace_length)
         self.seq_len = self.burn_in + self.trace_length + config.n_step
-        self.obs_dim, self.action_dim = obs_dim, len(action_low)
+        if isinstance(observation, int | np.integer):
+            observation = vector_observation(int(observation))
+        self.observation, self.action_dim = tuple(observation), len(action_low)
         self.scaler = ActionScaler(action_low, action_high)
         a = self.action_dim
-        in_dim = feature_width(obs_dim, a, self.inputs)
+        self.extras_dim = extras_width(a, self.inputs)
         critics = 2 if config.twin_critics else 1
         self.online_actor, self.online_critic = actor_and_critic(
-            network, in_dim, a, critics, config.shared_core, "online", obs_dim
+            network, self.observation, self.extras_dim, a, critics, config.shared_core, "online"
         )
         self.target_actor, self.target_critic = actor_and_critic(
-            network, in_dim, a, critics, config.shared_core, "target", obs_dim
+            network, self.observation, self.extras_dim, a, critics, config.shared_core, "target"
         )
         pairs = {(self.online_actor, self.target_actor), (self.online_critic, self.target_critic)}
         self.targets = TargetUpdater(sorted(pairs, key=lambda p: p[0].name))
@@ -194,13 +197,15 @@ class RDDPGLearner:
         self.noise_rng = tf.random.Generator.from_seed(seed)
         self._actor_grad_norm = tf.Variable(0.0, trainable=False)
         self.state_dim = sum(self.online_actor.state_sizes)
-        spec = _batch_spec(config.batch_size, self.seq_len, in_dim, a, self.state_dim)
+        inputs = input_spec(self.observation, self.extras_dim, config.batch_size, self.seq_len)
+        self.input_keys = tuple(inputs)
+        spec = _batch_spec(inputs, config.batch_size, self.seq_len, a, self.state_dim)
         self._step = tf.function(self._train_step, input_signature=[spec])
         self._run_step = CompiledStep(self._step)
 
     def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
         """Per-row fields this learner needs from replay besides the common ones."""
-        fields = {"obs": ((self.obs_dim,), np.float32), "action": ((self.action_dim,), np.float32)}
+        fields = {**obs_fields(self.observation), "action": ((self.action_dim,), np.float32)}
         if self.inputs:  # the Actor writes prev_action and prev_reward together
             fields["prev_action"] = ((self.action_dim,), np.float32)
             fields["prev_reward"] = ((), np.float32)
@@ -240,10 +245,12 @@ class RDDPGLearner:
         """Exploration noise scale (std in half-range units) to log."""
         return {"charts/exploration_noise": self.config.exploration_noise}
 
-    def features(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """Network inputs ``[B, L, F]`` from replay rows (obs plus ``network.inputs`` extras)."""
-        return step_features(
-            batch["obs"], batch.get("prev_action"), batch.get("prev_reward"), self.inputs, self.scaler
+    def features(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Network inputs from replay rows: the observation leaves ``[B, L, ...]`` and, with
+        ``network.inputs``, ``extras`` ``[B, L, X]``."""
+        obs = {leaf.name: batch[leaf.name] for leaf in self.observation}
+        return network_inputs(
+            obs, batch.get("prev_action"), batch.get("prev_reward"), self.inputs, self.scaler
         )
 
     def step(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -253,7 +260,7 @@ class RDDPGLearner:
         and ``critic<i>_mask`` ``[B, T]`` per critic; ``histogram/policy_action`` (valid steps).
         """
         feed = {k: batch[k] for k in ("state", "reward", "terminated", "truncated", "first", "valid")}
-        feed["x"] = self.features(batch)
+        feed.update(self.features(batch))
         feed["action"] = self.scaler.from_env(batch["action"])
         return self._run_step(feed)
 
@@ -267,13 +274,13 @@ class RDDPGLearner:
         smoothing = tf.clip_by_value(noise, -cfg.noise_clip, cfg.noise_clip)
         action = tf.clip_by_value(self.target_actor.policy(h) + smoothing, -1.0, 1.0)
         if not cfg.shared_core:
-            h, _ = self.target_critic.encode(x, self.target_critic.initial_state(tf.shape(x)[0]), first)
+            h, _ = self.target_critic.encode(x, self.target_critic.initial_state(tf.shape(first)[0]), first)
         q = self.target_critic.q(h, action)
         return tf.stop_gradient(tf.reduce_min(tf.stack(q), axis=0))
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length
-        x, first, action = batch["x"], batch["first"], batch["action"]
+        x, first, action = {k: batch[k] for k in self.input_keys}, batch["first"], batch["action"]
         actor_state = split_state(batch["state"], self.online_actor.state_sizes)
         noise = cfg.target_noise * self.noise_rng.normal(tf.shape(action))
         value = self.bootstrap_value(x, actor_state, first, noise)  # [B, L]
@@ -287,12 +294,12 @@ class RDDPGLearner:
         )  # [B, T]
         critic_state = actor_state if cfg.shared_core else self.online_critic.initial_state(cfg.batch_size)
         if bi > 0:  # R2D2 burn-in: warm the online states, no gradient
-            _, critic_state = self.online_critic.encode(x[:, :bi], critic_state, first[:, :bi])
+            _, critic_state = self.online_critic.encode(time_slice(x, 0, bi), critic_state, first[:, :bi])
             critic_state = tuple(tf.stop_gradient(s) for s in critic_state)
             if not cfg.shared_core:
-                _, actor_state = self.online_actor.encode(x[:, :bi], actor_state, first[:, :bi])
+                _, actor_state = self.online_actor.encode(time_slice(x, 0, bi), actor_state, first[:, :bi])
                 actor_state = tuple(tf.stop_gradient(s) for s in actor_state)
-        trace_x, trace_first = x[:, bi : bi + tl], first[:, bi : bi + tl]
+        trace_x, trace_first = time_slice(x, bi, bi + tl), first[:, bi : bi + tl]
         mask = batch["valid"][:, bi : bi + tl]
         with tf.GradientTape(persistent=True) as tape:
             h_critic, _ = self.online_critic.encode(trace_x, critic_state, trace_first)  # [B, T, U]
@@ -343,7 +350,7 @@ def build_rddpg(
     learner = RDDPGLearner(
         a,
         config.network,
-        spec.obs_dim,
+        spec.observation,
         spec.action_low,
         spec.action_high,
         r.burn_in,

@@ -11,12 +11,21 @@ import tensorflow as tf
 
 from agents.agent import StepCounter, register, validate_common
 from agents.compiled import CompiledStep
-from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork, split_state
+from agents.networks import (
+    NetworkConfig,
+    NumpyNetwork,
+    RecurrentNetwork,
+    input_spec,
+    obs_fields,
+    split_state,
+    time_slice,
+)
 from agents.optim import FusedAdam
-from agents.policies import EpsilonGreedy, feature_width, step_features
+from agents.policies import EpsilonGreedy, extra_features, extras_width
 from agents.returns import huber, masked_mean, n_step_targets, rescale, unrescale
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
+from envs.spaces import Observation, vector_observation
 
 if TYPE_CHECKING:
     from agents.config import Config
@@ -111,24 +120,29 @@ class RDQNLearner:
         self,
         config: RDQNConfig,
         network: NetworkConfig,
-        obs_dim: int,
+        observation: Observation | int,
         num_actions: int,
         burn_in: int,
         trace_length: int,
         importance_weights: bool = False,
     ) -> None:
-        """``importance_weights``: batches carry ``weight`` ``[B]`` (prioritized replay) that scales
+        """``observation``: the env's leaves (an int: one flat vector of that size);
+        ``importance_weights``: batches carry ``weight`` ``[B]`` (prioritized replay) that scales
         each sequence's loss."""
         self.config = config
         self.importance_weights = bool(importance_weights)
         self.burn_in, self.trace_length = int(burn_in), int(trace_length)
         self.seq_len = self.burn_in + self.trace_length + config.n_step
-        self.obs_dim, self.num_actions = obs_dim, num_actions
+        if isinstance(observation, int | np.integer):
+            observation = vector_observation(int(observation))
+        self.observation, self.num_actions = tuple(observation), num_actions
         self.inputs = list(network.inputs)
-        # Per-step input: obs, then the one-hot previous action and the previous reward if asked.
-        in_dim = feature_width(obs_dim, num_actions, self.inputs)
-        self.online_q = RecurrentNetwork(network, in_dim, num_actions, name="online_q", norm_dim=obs_dim)
-        self.target_q = RecurrentNetwork(network, in_dim, num_actions, name="target_q", norm_dim=obs_dim)
+        # Per-step inputs: the observation leaves, and extras (the one-hot previous action and the
+        # previous reward) if network.inputs asks for them.
+        self.extras_dim = extras_width(num_actions, self.inputs)
+        kw = {"extras_dim": self.extras_dim, "normalize": True}
+        self.online_q = RecurrentNetwork(network, self.observation, num_actions, name="online_q", **kw)
+        self.target_q = RecurrentNetwork(network, self.observation, num_actions, name="target_q", **kw)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
         self.targets.copy()  # the first TD targets must come from the same function as Q
         self.ladder: np.ndarray | None = None  # per-env epsilons when agent.epsilon_ladder is on
@@ -137,8 +151,10 @@ class RDQNLearner:
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.state_dim = sum(self.online_q.state_sizes)
         b, length = config.batch_size, self.seq_len
+        inputs = input_spec(self.observation, self.extras_dim, b, length)  # leaves and extras
+        self.input_keys = tuple(inputs)
         spec = {
-            "obs": tf.TensorSpec([b, length, in_dim], tf.float32),  # obs plus network.inputs extras
+            **inputs,
             "action": tf.TensorSpec([b, length], tf.int32),
             "state": tf.TensorSpec([b, self.state_dim], tf.float32),
             **{
@@ -158,7 +174,7 @@ class RDQNLearner:
 
     def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
         """Per-row fields this learner needs from replay besides the common ones."""
-        fields = {"obs": ((self.obs_dim,), np.float32), "action": ((), np.int32)}
+        fields = {**obs_fields(self.observation), "action": ((), np.int32)}
         if self.inputs:  # the Actor writes both; prev_action is one-hot, all zero at an episode start
             fields["prev_action"] = ((self.num_actions,), np.float32)
             fields["prev_reward"] = ((), np.float32)
@@ -198,32 +214,33 @@ class RDQNLearner:
             }
         return {"charts/epsilon": epsilon_at(self.config, env_steps)}
 
-    def features(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """Network inputs ``[B, L, F]`` from replay rows (obs plus ``network.inputs`` extras)."""
-        if not self.inputs:
-            return batch["obs"]
-        return step_features(batch["obs"], batch["prev_action"], batch["prev_reward"], self.inputs, None)
+    def features(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Network inputs from replay rows: the observation leaves ``[B, L, ...]`` and, with
+        ``network.inputs``, ``extras`` ``[B, L, X]``."""
+        inputs = {leaf.name: batch[leaf.name] for leaf in self.observation}
+        if self.inputs:
+            inputs["extras"] = extra_features(batch["prev_action"], batch["prev_reward"], self.inputs, None)
+        return inputs
 
     def step(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One optimiser step (and target update) on a batch; returns numpy metrics.
 
         Metrics: ``loss``, ``q_mean``, ``grad_norm`` scalars; ``td_error`` and ``mask`` ``[B, T]``.
         """
-        feed = {k: batch[k] for k in self._run_step.spec if k != "obs"}
-        feed["obs"] = self.features(batch)
-        return self._run_step(feed)
+        feed = {k: batch[k] for k in self._run_step.spec if k not in self.input_keys}
+        return self._run_step({**feed, **self.features(batch)})
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length
-        obs, first = batch["obs"], batch["first"]
+        obs, first = {k: batch[k] for k in self.input_keys}, batch["first"]
         state = split_state(batch["state"], self.online_q.state_sizes)
         q_target, _ = self.target_q.unroll(obs, state, first)  # [B, L, A]
         if bi > 0:  # R2D2 burn-in: warm the online state, no gradient
-            _, state = self.online_q.unroll(obs[:, :bi], state, first[:, :bi])
+            _, state = self.online_q.unroll(time_slice(obs, 0, bi), state, first[:, :bi])
             state = tuple(tf.stop_gradient(s) for s in state)
         variables = self.online_q.trainable_variables
         with tf.GradientTape() as tape:
-            q_trace, state = self.online_q.unroll(obs[:, bi : bi + tl], state, first[:, bi : bi + tl])
+            q_trace, state = self.online_q.unroll(time_slice(obs, bi, bi + tl), state, first[:, bi : bi + tl])
             action = batch["action"][:, bi : bi + tl]
             q_taken = tf.gather(q_trace, action, batch_dims=2)  # [B, T]
             # Bootstrap value V(s_j): double DQN scores the online argmax with the target net.
@@ -232,7 +249,7 @@ class RDQNLearner:
                 # they are unrolled from the trace's stopped final state and no backward runs there.
                 with tape.stop_recording():
                     state = tuple(tf.stop_gradient(s) for s in state)
-                    q_tail, _ = self.online_q.unroll(obs[:, bi + tl :], state, first[:, bi + tl :])
+                    q_tail, _ = self.online_q.unroll(time_slice(obs, bi + tl), state, first[:, bi + tl :])
                 q_online = tf.concat([q_trace, q_tail], axis=1)  # [B, T+n, A]
                 greedy = tf.argmax(q_online, axis=-1, output_type=tf.int32)
                 value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)
@@ -281,7 +298,7 @@ def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RD
     learner = RDQNLearner(
         config.agent,
         config.network,
-        spec.obs_dim,
+        spec.observation,
         spec.num_actions,
         r.burn_in,
         r.trace_length,

@@ -107,6 +107,11 @@ class SequenceReplay:
                 priority.importance_anneal_steps,
             )
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated rows (pages are committed as rows are written)."""
+        return int(sum(v.nbytes for v in self.data.values()))
+
     def __len__(self) -> int:
         """Rows stored, summed over envs."""
         return (self.rows if self.full else self.pos) * self.num_envs

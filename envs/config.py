@@ -17,12 +17,21 @@ class EnvConfig:
     id: str = "CartPole-v1"
     # Keyword arguments passed to ``gymnasium.make``.
     kwargs: dict[str, Any] = field(default_factory=dict)
-    # Observation indices replaced by zeros (e.g. velocities), making the task a POMDP.
+    # Indices of a flat Box observation left out (e.g. velocities), making the task a POMDP.
     mask_obs: list[int] = field(default_factory=list)
-    # Probability that the whole observation is zeroed at a step (flickering, as in DRQN).
+    # Probability that every Box leaf of the observation is zeroed at a step (flickering, as in DRQN).
     flicker: float = 0.0
-    # Standard deviation of additive Gaussian observation noise.
+    # Standard deviation of additive Gaussian noise on every Box leaf of the observation.
     obs_noise: float = 0.0
+    # Standard preprocessing applied before the POMDP wrappers: none | atari (gymnasium's
+    # AtariPreprocessing: 4-frame skip with max-pooling, 84x84 grayscale [84, 84, 1] uint8, up to 30
+    # no-op starts; the base env must be made with frameskip=1). No frame stacking: the core remembers.
+    preprocessing: str = "none"
+    # Keys of a Dict observation left out before encoding (e.g. MiniGrid's ``mission`` text).
+    drop_keys: list[str] = field(default_factory=list)
+    # An episode with at least this return counts as a success: evaluations also log the success
+    # rate (MiniGrid pays a positive reward only for reaching the goal). null: no success rate.
+    success_return: float | None = None
     # Number of environments stepped together (gymnasium SyncVectorEnv).
     num_envs: int = 8
     # Overrides the env's own time limit when set; envs without one need it (a warning says so).
@@ -35,6 +44,10 @@ class EnvConfig:
         check(self.num_envs >= 1, "env.num_envs", self.num_envs, "integers >= 1")
         check(finite(self.flicker) and 0 <= self.flicker < 1, "env.flicker", self.flicker, "[0, 1)")
         check(finite(self.obs_noise) and self.obs_noise >= 0, "env.obs_noise", self.obs_noise, ">= 0")
+        allowed = ("none", "atari")
+        check(self.preprocessing in allowed, "env.preprocessing", self.preprocessing, "|".join(allowed))
+        success = self.success_return
+        check(success is None or finite(success), "env.success_return", success, "a finite number or null")
 
 
 class ConfigError(ValueError):

@@ -13,21 +13,26 @@ import gymnasium as gym
 import numpy as np
 
 
-def describe_non_finite(obs: np.ndarray, reward: np.ndarray) -> str | None:
+def describe_non_finite(obs: np.ndarray | dict[str, np.ndarray], reward: np.ndarray) -> str | None:
     """One line naming the first non-finite value of a vectorised step, or None if all are finite.
 
-    ``obs`` is ``[E, O]`` (or ``[E, ...]``), ``reward`` ``[E]``. Rewards are checked first; within
-    each array the lowest env index wins. All-finite batches cost one ``np.isfinite(...).all()`` each.
+    ``obs`` is ``[E, O]`` (or ``[E, ...]``), or a dict of such observation leaves (each named in the
+    message unless it is the single leaf ``obs``); ``reward`` ``[E]``. Rewards are checked first;
+    within each array the lowest env index wins. All-finite batches cost one ``np.isfinite(...).all()``
+    per float array.
     """
     reward = np.asarray(reward).reshape(-1)  # [E]
     if not np.isfinite(reward).all():
         env = int(np.flatnonzero(~np.isfinite(reward))[0])
         return f"non-finite reward {float(reward[env])} from env {env}"
-    obs = np.asarray(obs)
-    if np.issubdtype(obs.dtype, np.floating) and not np.isfinite(obs).all():
-        flat = obs.reshape(len(obs), -1)  # [E, O]
-        env, index = (int(i[0]) for i in np.nonzero(~np.isfinite(flat)))
-        return f"non-finite observation {float(flat[env, index])} at obs index {index} from env {env}"
+    leaves = obs if isinstance(obs, dict) else {"obs": obs}
+    for name, value in leaves.items():
+        value = np.asarray(value)
+        if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+            flat = value.reshape(len(value), -1)  # [E, O]
+            env, index = (int(i[0]) for i in np.nonzero(~np.isfinite(flat)))
+            where = f"at obs index {index}" if name == "obs" else f"in leaf {name} at index {index}"
+            return f"non-finite observation {float(flat[env, index])} {where} from env {env}"
     return None
 
 

@@ -10,11 +10,15 @@ import numpy as np
 
 from envs import faults, memory
 from envs.config import ConfigError, EnvConfig
+from envs.spaces import Observation, observation_leaves, vector_observation
 from envs.wrappers import (
+    MAX_JOINT_ACTIONS,
     FlickerObservation,
     GaussianObservationNoise,
+    JointDiscreteActions,
     MaskObservation,
     ShiftDiscreteActions,
+    has_box_leaf,
 )
 
 memory.register()
@@ -24,15 +28,31 @@ log = logging.getLogger(__name__)
 _warned_no_time_limit: set[str] = set()
 
 
+# Extras that provide envs of other packages, named in the error when an id cannot be made.
+EXTRAS = {"popgym": "popgym", "minigrid": "minigrid", "ale_py": "atari"}
+
+
 @dataclass(frozen=True)
 class EnvSpec:
-    """What an agent needs to know about an env: sizes and, for continuous control, bounds."""
+    """What an agent needs to know about an env: its observation leaves, action sizes and, for
+    continuous control, bounds. ``observation`` may be given as an int: one flat vector of that size."""
 
-    obs_dim: int
+    observation: Observation
     discrete: bool
     num_actions: int  # discrete: number of actions; continuous: action dimension
     action_low: np.ndarray | None = None  # [A] continuous only
     action_high: np.ndarray | None = None  # [A] continuous only
+
+    def __post_init__(self) -> None:
+        if isinstance(self.observation, int | np.integer):
+            object.__setattr__(self, "observation", vector_observation(int(self.observation)))
+
+    @property
+    def obs_dim(self) -> int:
+        """Width of a flat vector observation (the single ``obs`` leaf)."""
+        if len(self.observation) != 1 or self.observation[0].kind != "vector":
+            raise ValueError(f"observation {[leaf.name for leaf in self.observation]} is not one vector")
+        return self.observation[0].width
 
 
 def _make_base(config: EnvConfig) -> gym.Env:
@@ -43,6 +63,9 @@ def _make_base(config: EnvConfig) -> gym.Env:
         return gym.make(config.id, **kwargs)
     except (gym.error.Error, ModuleNotFoundError, ImportError, AttributeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        module = config.id.partition(":")[0] if ":" in config.id else ""
+        if module in EXTRAS and isinstance(exc, ImportError):
+            first += f" (install it with: pip install 'recurrl[{EXTRAS[module]}]')"
         raise ConfigError(f"env.id={config.id!r} cannot be made: {first}") from None
     except TypeError as exc:
         raise ConfigError(f"env.kwargs={dict(config.kwargs)} rejected by {config.id}: {exc}") from None
@@ -81,39 +104,112 @@ def _warn_if_unbounded(env: gym.Env, config: EnvConfig) -> None:
 def make_env(config: EnvConfig, seed: int | None = None) -> gym.Env:
     """One env with the POMDP wrappers of ``config`` applied, reset once with ``seed``.
 
-    Logs one warning (per env id) naming ``env.max_episode_steps`` when the env has no time limit,
-    and exposes a ``Discrete(n, start=s)`` action space as ``Discrete(n)`` (index ``a`` -> ``a + s``).
+    Logs one warning (per env id) naming ``env.max_episode_steps`` when the env has no time limit.
+    Actions are exposed as agents emit them: ``Discrete(n, start=s)`` as ``Discrete(n)`` (index
+    ``a`` -> ``a + s``) and ``MultiDiscrete(nvec)`` as one joint ``Discrete(prod(nvec))``.
+    Raises :class:`ConfigError` (one line) for a setting or a space recurrl cannot handle.
     """
     env = _make_base(config)
-    space = env.observation_space
-    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+    try:
+        env = _wrap(env, config)
+    except ConfigError:
         env.close()
-        raise ConfigError(
-            f"env.id={config.id!r} has observation space {_one_line(space)}; a flat Box [obs] is required"
-        )
+        raise
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def _wrap(env: gym.Env, config: EnvConfig) -> gym.Env:
     _warn_if_unbounded(env, config)
-    if isinstance(env.action_space, gym.spaces.Discrete) and int(env.action_space.start) != 0:
-        env = ShiftDiscreteActions(env)
+    if config.preprocessing == "atari":
+        env = _atari(env, config)
+    env = _drop_keys(env, config)
+    try:
+        observation_leaves(env.observation_space)
+    except ConfigError as exc:
+        raise ConfigError(f"env.id={config.id!r}: {exc}") from None
+    env = _adapt_actions(env, config)
+    if config.mask_obs:
+        env = MaskObservation(env, _mask_indices(env.observation_space, config))
+    for key, value in (("flicker", config.flicker), ("obs_noise", config.obs_noise)):
+        if value > 0 and not has_box_leaf(env.observation_space):
+            raise ConfigError(
+                f"env.{key}={value} applies to Box observation leaves and "
+                f"{config.id} has none ({_one_line(env.observation_space)}): allowed 0"
+            )
+    if config.flicker > 0:
+        env = FlickerObservation(env, config.flicker)
+    if config.obs_noise > 0:
+        env = GaussianObservationNoise(env, config.obs_noise)
+    return env
+
+
+def _atari(env: gym.Env, config: EnvConfig) -> gym.Env:
+    try:
+        return gym.wrappers.AtariPreprocessing(
+            env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True, grayscale_newaxis=True
+        )
+    except (gym.error.Error, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(
+            f"env.preprocessing=atari cannot wrap {config.id}: {first} (make the env with "
+            "env.kwargs.frameskip=1; install recurrl[atari])"
+        ) from None
+
+
+def _drop_keys(env: gym.Env, config: EnvConfig) -> gym.Env:
+    if not config.drop_keys:
+        return env
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Dict):
+        raise ConfigError(
+            f"env.drop_keys={list(config.drop_keys)} needs a Dict observation; {config.id} has "
+            f"{_one_line(space)}: allowed []"
+        )
+    unknown = [k for k in config.drop_keys if k not in space.spaces]
+    if unknown:
+        raise ConfigError(
+            f"env.drop_keys has {unknown[0]!r}, not a key of {config.id}'s observation: allowed any "
+            f"of {sorted(space.spaces)}"
+        )
+    kept = [k for k in space.spaces if k not in set(config.drop_keys)]
+    if not kept:
+        raise ConfigError(f"env.drop_keys={list(config.drop_keys)} leaves no observation key")
+    return gym.wrappers.FilterObservation(env, kept)
+
+
+def _adapt_actions(env: gym.Env, config: EnvConfig) -> gym.Env:
+    space = env.action_space
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
+        return ShiftDiscreteActions(env)
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        joint = int(np.prod(space.nvec.astype(np.int64)))
+        if joint > MAX_JOINT_ACTIONS:
+            raise ConfigError(
+                f"env.id={config.id!r} has action space {_one_line(space)}: {joint} joint actions, "
+                f"allowed at most {MAX_JOINT_ACTIONS}"
+            )
+        return JointDiscreteActions(env)
+    return env
+
+
+def _mask_indices(space: gym.spaces.Space, config: EnvConfig) -> list[int]:
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        raise ConfigError(
+            f"env.mask_obs={list(config.mask_obs)} applies to a flat Box observation and "
+            f"{config.id} has {_one_line(space)}: allowed [] (env.drop_keys leaves out Dict keys)"
+        )
     obs_dim = space.shape[0]
     bad = [i for i in config.mask_obs if not 0 <= int(i) < obs_dim]
     if bad:
-        env.close()
         raise ConfigError(
             f"env.mask_obs={list(config.mask_obs)} has index {bad[0]} outside [0, {obs_dim - 1}] "
             f"for {config.id}"
         )
     if len(set(config.mask_obs)) >= obs_dim:
-        env.close()
         raise ConfigError(f"env.mask_obs={list(config.mask_obs)} masks every observation index")
-    if config.mask_obs:
-        env = MaskObservation(env, [int(i) for i in config.mask_obs])
-    if config.flicker > 0:
-        env = FlickerObservation(env, config.flicker)
-    if config.obs_noise > 0:
-        env = GaussianObservationNoise(env, config.obs_noise)
-    env.reset(seed=seed)
-    env.action_space.seed(seed)
-    return env
+    return [int(i) for i in config.mask_obs]
 
 
 def make_vec_env(config: EnvConfig, seed: int, num_envs: int | None = None) -> gym.vector.VectorEnv:
@@ -136,20 +232,20 @@ def describe_env(config: EnvConfig) -> EnvSpec:
     """Sizes and bounds of the env described by ``config`` (builds and closes one instance)."""
     env = make_env(config, seed=0)
     try:
-        obs_dim = int(env.observation_space.shape[0])
+        observation = observation_leaves(env.observation_space)
         space = env.action_space
         if isinstance(space, gym.spaces.Discrete):
-            return EnvSpec(obs_dim=obs_dim, discrete=True, num_actions=int(space.n))
+            return EnvSpec(observation, discrete=True, num_actions=int(space.n))
         if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
             low = np.asarray(space.low, dtype=np.float32)
             high = np.asarray(space.high, dtype=np.float32)
             if config.action_scale is not None:
                 low = np.full_like(low, -float(config.action_scale))
                 high = np.full_like(high, float(config.action_scale))
-            return EnvSpec(obs_dim, False, int(space.shape[0]), low, high)
+            return EnvSpec(observation, False, int(space.shape[0]), low, high)
         raise ConfigError(
             f"env.id={config.id!r} has unsupported action space {_one_line(space)}; "
-            "allowed Discrete(n) or a flat Box [A]"
+            "allowed Discrete(n), MultiDiscrete(nvec) (rdqn) or a flat Box [A]"
         )
     finally:
         env.close()

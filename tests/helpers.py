@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
+from hydra.core.global_hydra import GlobalHydra
 from tensorboard.backend.event_processing import event_accumulator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,3 +47,23 @@ def event_steps(run_dir: Path, tag: str) -> list[int]:
     acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
     acc.Reload()
     return [e.step for e in acc.Tensors(tag)]
+
+
+def run_cli(capsys, args: list[str], run_dir: Path) -> tuple[int, str]:
+    """Run ``scripts.train`` in-process (no TF re-import); return its exit code and stderr."""
+    import scripts.train as cli
+
+    sys_argv = sys.argv
+    # No Hydra logging config: dictConfig would close pytest's own capture handlers.
+    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    sys.argv = ["train", f"hydra.run.dir={run_dir}", *quiet, *args]
+    capsys.readouterr()
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = sys_argv
+        GlobalHydra.instance().clear()
+    return code, capsys.readouterr().err

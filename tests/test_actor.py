@@ -67,7 +67,7 @@ class ScriptedPolicy:
 
     def act(self, obs, prev_action, prev_reward, state, explore):
         self.seen.append({"prev_action": prev_action.copy(), "state": state[0].copy()})
-        action = (obs.sum(axis=1).astype(np.int32)) % NUM_ACTIONS
+        action = (obs["obs"].sum(axis=1).astype(np.int32)) % NUM_ACTIONS
         return action, (state[0] + 1,)
 
     def episode_start(self, envs: np.ndarray) -> None:
@@ -162,7 +162,8 @@ class LinearQ:
     def initial_state(self, batch_size: int) -> tuple[np.ndarray, ...]:
         return ()
 
-    def step(self, x: np.ndarray, state: tuple) -> tuple[np.ndarray, tuple]:
+    def step(self, inputs: dict[str, np.ndarray], state: tuple) -> tuple[np.ndarray, tuple]:
+        x = np.concatenate([inputs["obs"], *([inputs["extras"]] if "extras" in inputs else [])], axis=1)
         self.inputs.append(x)
         return x @ self.w, state
 
@@ -172,7 +173,7 @@ def _greedy_setup(num_envs: int = 6000, seed: int = 0):
     net = LinearQ(rng.normal(size=(4, NUM_ACTIONS)))
     obs = rng.normal(size=(num_envs, 4)).astype(np.float32)
     none = np.zeros((num_envs, NUM_ACTIONS), np.float32), np.zeros(num_envs, np.float32)
-    return net, obs, none, (obs @ net.w).argmax(axis=1)
+    return net, {"obs": obs}, none, (obs @ net.w).argmax(axis=1)
 
 
 def test_epsilon_zero_is_greedy_and_epsilon_one_uniform() -> None:
@@ -202,7 +203,8 @@ def test_epsilon_is_read_at_every_call_and_inputs_are_appended() -> None:
     for _ in range(3):
         policy.act(obs, prev_a, prev_r, (), explore=True)
     assert len(calls) == 3
-    np.testing.assert_array_equal(net.inputs[-1], np.concatenate([obs, prev_a, prev_r[:, None]], axis=1))
+    expected = np.concatenate([obs["obs"], prev_a, prev_r[:, None]], axis=1)
+    np.testing.assert_array_equal(net.inputs[-1], expected)
 
 
 @pytest.mark.parametrize("max_steps", [100, 3])
@@ -248,7 +250,7 @@ def test_actor_previous_action_is_one_hot_and_zero_at_episode_start() -> None:
     """network.inputs for discrete actions: the stored previous action is one-hot, none at a start."""
     env = make_vec_env(EnvConfig(id="recurrl/CueMemory-v0", kwargs={"delay": 2}), seed=0, num_envs=2)
     inputs = ["prev_action", "prev_reward"]
-    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[], inputs=inputs), 2 + 2 + 1, 2, name="q")
+    net = RecurrentNetwork(NetworkConfig(units=4, pre_layers=[], inputs=inputs), 2, 2, name="q", extras_dim=3)
     policy = EpsilonGreedy(NumpyNetwork(net), 2, lambda: 0.5, seed=0, inputs=inputs)
     fields = {
         "obs": ((2,), np.float32),

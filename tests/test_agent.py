@@ -49,9 +49,9 @@ def batch_from_contract(learner: Learner, batch_size: int, seed: int) -> dict[st
     return batch
 
 
-def mirror_outputs(network, x: np.ndarray) -> np.ndarray:
+def mirror_outputs(network, x: dict[str, np.ndarray]) -> np.ndarray:
     mirror = NumpyNetwork(network)
-    out, _ = mirror.step(x, mirror.initial_state(len(x)))
+    out, _ = mirror.step(x, mirror.initial_state(len(x["obs"])))
     return out
 
 
@@ -64,7 +64,8 @@ def test_both_learners_implement_the_whole_contract(kind: str) -> None:
     assert {"obs", "action", "prev_action", "prev_reward"} <= set(fields)
     assert learner.seq_len == 2 + 3 + config.agent.n_step and learner.state_dim == 2 * 8  # LSTM (h, c)
     assert "updates" in learner.trackables() and learner.trackables()["updates"] is learner.updates
-    x = np.random.default_rng(1).normal(size=(5, policy.net.network.input_dim)).astype(np.float32)
+    rng, extras = np.random.default_rng(1), policy.net.network.encoder.extras_dim
+    x = {k: rng.normal(size=(5, n)).astype(np.float32) for k, n in (("obs", 3), ("extras", extras))}
     before = mirror_outputs(learner.eval_network("target"), x)
     metrics = learner.step(batch_from_contract(learner, config.agent.batch_size, seed=0))
     assert int(learner.updates) == 1

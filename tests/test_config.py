@@ -11,9 +11,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import scripts.train as cli
 from agents.config import Config, validate
 from envs.config import ConfigError
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -52,24 +52,6 @@ def test_documented_keys_exist() -> None:
         assert OmegaConf.select(node, key, throw_on_missing=True, default="<absent>") != "<absent>", key
 
 
-def _run_cli(capsys, args: list[str], run_dir: Path) -> tuple[int, str]:
-    """Run ``scripts.train`` in-process (no TF re-import); return its exit code and stderr."""
-    sys_argv = sys.argv
-    # No Hydra logging config: dictConfig would close pytest's own capture handlers.
-    quiet = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
-    sys.argv = ["train", f"hydra.run.dir={run_dir}", *quiet, *args]
-    capsys.readouterr()
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = sys_argv
-        GlobalHydra.instance().clear()
-    return code, capsys.readouterr().err
-
-
 BAD = [
     (["agent.tau=0"], "agent.tau=0.0", "(0, 1]"),
     (["agent.tau=1.5"], "agent.tau=1.5", "(0, 1]"),
@@ -98,7 +80,7 @@ BAD = [
 
 @pytest.mark.parametrize(("args", "key", "allowed"), BAD, ids=[b[0][0] for b in BAD])
 def test_bad_input_is_one_line_and_nonzero(capsys, tmp_path: Path, args, key: str, allowed: str) -> None:
-    code, err = _run_cli(capsys, args, tmp_path / "run")
+    code, err = run_cli(capsys, args, tmp_path / "run")
     lines = [line for line in err.splitlines() if line.strip()]
     assert code != 0
     assert len(lines) == 1, err
@@ -109,14 +91,14 @@ def test_bad_input_is_one_line_and_nonzero(capsys, tmp_path: Path, args, key: st
 
 def test_resume_of_a_directory_without_a_run(capsys, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    code, err = _run_cli(capsys, [f"resume={tmp_path / 'empty'}"], tmp_path / "run")
+    code, err = run_cli(capsys, [f"resume={tmp_path / 'empty'}"], tmp_path / "run")
     assert code != 0 and "holds no run" in err and len(err.strip().splitlines()) == 1
 
 
 def test_typos_and_wrong_types_are_rejected_by_the_schema(capsys, tmp_path: Path) -> None:
-    code, err = _run_cli(capsys, ["agent.learnin_rate=0.1"], tmp_path / "a")
+    code, err = run_cli(capsys, ["agent.learnin_rate=0.1"], tmp_path / "a")
     assert code != 0 and "learnin_rate" in err
-    code, err = _run_cli(capsys, ["agent.lr=abc"], tmp_path / "b")
+    code, err = run_cli(capsys, ["agent.lr=abc"], tmp_path / "b")
     assert code != 0 and "agent.lr" in err
 
 

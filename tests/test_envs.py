@@ -144,17 +144,18 @@ def test_discrete_action_start_is_shifted() -> None:
 @pytest.mark.parametrize(
     ("obs", "act", "needle"),
     [
-        (gym.spaces.Discrete(4), gym.spaces.Discrete(2), "has observation space Discrete(4)"),
+        (gym.spaces.Text(5), gym.spaces.Discrete(2), "observation space is Text(1, 5, charset=0123456789"),
+        (gym.spaces.Box(0, 1, (2, 3, 4, 5)), gym.spaces.Discrete(2), "cannot encode: allowed Box (rank 1-3)"),
         (
-            gym.spaces.Box(np.arange(12, dtype=np.float32).reshape(3, 4), 20),
+            gym.spaces.Dict({"a": gym.spaces.Discrete(2), "note": gym.spaces.Text(4)}),
             gym.spaces.Discrete(2),
-            "flat Box [obs]",
+            "observation leaf 'obs.note' is Text",
         ),
-        (gym.spaces.Box(-1, 1, (2,)), gym.spaces.MultiDiscrete([2, 3]), "allowed Discrete(n) or a flat Box"),
+        (gym.spaces.Box(-1, 1, (2,)), gym.spaces.MultiDiscrete([100, 100]), "10000 joint actions, allowed"),
         (
             gym.spaces.Box(-1, 1, (2,)),
             gym.spaces.Box(np.arange(6, dtype=np.float32).reshape(2, 3), 9),
-            "unsupported",
+            "unsupported action space",
         ),
     ],
 )
@@ -187,7 +188,7 @@ class _FirstActionPolicy:
     net = SimpleNamespace(initial_state=lambda n: (np.zeros((n, 1), np.float32),))
 
     def act(self, obs, prev_action, prev_reward, state, explore):  # noqa: ANN001, ANN201
-        return np.zeros(len(obs), np.int64), state
+        return np.zeros(len(obs["obs"]), np.int64), state
 
 
 def test_evaluate_without_time_limit_reports_capped_returns(caplog) -> None:

@@ -79,7 +79,7 @@ def _episode(saved) -> dict[str, np.ndarray]:
     while True:
         features = actor.obs
         out, _ = policy.net.step(features, actor.state)
-        obs.append(features[0].copy())
+        obs.append(features["obs"][0].copy())
         values.append(out[0])
         stats = actor.step(explore=False)
         actions.append(actor.prev_action[0])

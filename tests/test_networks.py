@@ -161,16 +161,17 @@ def test_running_normalizer_matches_batch_statistics_and_both_paths_apply_it() -
     norm = ObsNormalizer(F)
     for chunk in np.array_split(data, 7):
         norm.update(chunk)
-    np.testing.assert_allclose(norm.mean, data.mean(0), rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(norm.std, np.maximum(data.std(0), 1e-2), rtol=1e-9)
+    moments = norm.moments["obs"]
+    np.testing.assert_allclose(moments.mean, data.mean(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(moments.std, np.maximum(data.std(0), 1e-2), rtol=1e-9)
     cfg = NetworkConfig(cell="lstm", units=6, pre_layers=[8])
-    net = RecurrentNetwork(cfg, F, A, name="online_q", norm_dim=F)
+    net = RecurrentNetwork(cfg, F, A, name="online_q", normalize=True)
     x, first = _inputs()
     before, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
     norm.push([net])
     after, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
     assert not np.allclose(before, after)
-    scaled = np.clip((x - norm.mean) / norm.std, -5, 5).astype(np.float32)
+    scaled = np.clip((x - moments.mean) / moments.std, -5, 5).astype(np.float32)
     plain = RecurrentNetwork(
         NetworkConfig(cell="lstm", units=6, pre_layers=[8], normalize_obs=False), F, A, name="online_q2"
     )

@@ -29,7 +29,7 @@ def make_learner(**agent) -> RDDPGLearner:
     network = NetworkConfig(cell="lstm", units=16, pre_layers=[16], post_layers=[16], inputs=["prev_action"])
     config = RDDPGConfig(batch_size=4, **agent)
     return RDDPGLearner(
-        config, network, obs_dim=3, action_low=LOW, action_high=HIGH, burn_in=2, trace_length=5
+        config, network, observation=3, action_low=LOW, action_high=HIGH, burn_in=2, trace_length=5
     )
 
 
@@ -39,7 +39,7 @@ def random_batch(learner: RDDPGLearner, seed: int = 0) -> dict[str, np.ndarray]:
     actions = rng.uniform(LOW, HIGH, (b, length, a)).astype(np.float32)
     zeros = np.zeros((b, length), np.float32)
     return {
-        "obs": rng.normal(size=(b, length, learner.obs_dim)).astype(np.float32),
+        "obs": rng.normal(size=(b, length, learner.observation[0].width)).astype(np.float32),
         "action": actions,
         "prev_action": np.roll(actions, 1, axis=1),
         "prev_reward": rng.normal(size=(b, length)).astype(np.float32),
@@ -88,7 +88,7 @@ def test_actor_actions_inside_bounds():
 def test_critic_shapes_and_targets_start_equal(shared_core):
     learner = make_learner(twin_critics=True, shared_core=shared_core)
     b, t, u = 4, 7, 16
-    x = tf.random.normal([b, t, 3 + 2])
+    x = {"obs": tf.random.normal([b, t, 3]), "extras": tf.random.normal([b, t, 2])}
     h, state = learner.online_critic.encode(x, learner.online_critic.initial_state(b), tf.zeros([b, t]))
     assert h.shape == (b, t, u) and [s.shape for s in state] == [(b, u), (b, u)]
     q = learner.online_critic.q(h, tf.zeros([b, t, 2]))
@@ -127,7 +127,7 @@ def test_td3_target_is_min_of_twins_with_clipped_smoothing():
         v.assign(v + 0.5)
     batch = random_batch(learner)
     b, length = batch["reward"].shape
-    x = tf.constant(learner.features(batch))
+    x = {k: tf.constant(v) for k, v in learner.features(batch).items()}
     state = tuple(tf.constant(s) for s in np.split(batch["state"], 2, axis=1))
     first = tf.zeros([b, length])
     noise = np.random.default_rng(1).normal(size=(b, length, 2)).astype(np.float32) * 2.0  # often > clip
@@ -238,13 +238,15 @@ def test_evaluation_with_the_target_actor(tmp_path, monkeypatch):
 def test_target_eval_network_is_the_ema_actor_in_the_numpy_mirror():
     learner = make_learner(tau=0.5)
     learner.step(random_batch(learner))
-    x = learner.features(random_batch(learner, seed=1))[:, 0]  # [B, F], one step from zero state
-    b = x.shape[0]
+    features = learner.features(random_batch(learner, seed=1))
+    x = {k: v[:, 0] for k, v in features.items()}  # [B, ...], one step from zero state
+    b = x["obs"].shape[0]
     for which, actor in (("online", learner.online_actor), ("target", learner.target_actor)):
         assert learner.eval_network(which) is actor
         mirror = NumpyNetwork(learner.eval_network(which))
         u, _ = mirror.step(x, mirror.initial_state(b))
-        h, _ = actor.encode(tf.constant(x[:, None]), actor.initial_state(b), tf.zeros([b, 1]))
+        step = {k: tf.constant(v[:, None]) for k, v in x.items()}
+        h, _ = actor.encode(step, actor.initial_state(b), tf.zeros([b, 1]))
         np.testing.assert_allclose(u, actor.policy(h).numpy()[:, 0], rtol=1e-4, atol=1e-5)
     online, target = (NumpyNetwork(learner.eval_network(w)) for w in ("online", "target"))
     assert not np.allclose(
@@ -352,12 +354,16 @@ def test_rddpg_presets_compose_and_reject_typos():
 def test_numpy_policy_matches_the_tf_actor_step_by_step():
     learner = make_learner()
     for net in learner.networks():  # non-trivial observation statistics
-        net.encoder.input_mean.assign([0.5, -0.2, 0.1])
-        net.encoder.input_std.assign([2.0, 0.5, 1.5])
+        mean, std = net.encoder.stats["obs"]
+        mean.assign([0.5, -0.2, 0.1])
+        std.assign([2.0, 0.5, 1.5])
     batch = random_batch(learner)
-    x = learner.features(batch)  # [B, L, F]
+    x = learner.features(batch)  # leaves and extras, [B, L, ...]
     state = tuple(np.split(batch["state"], 2, axis=1))
-    h, _ = learner.online_actor.encode(tf.constant(x), tuple(map(tf.constant, state)), tf.zeros(x.shape[:2]))
+    length = x["obs"].shape[1]
+    h, _ = learner.online_actor.encode(
+        {k: tf.constant(v) for k, v in x.items()}, tuple(map(tf.constant, state)), tf.zeros([4, length])
+    )
     expected = learner.online_actor.policy(h).numpy()
     _, policy = build_rddpg(
         Config(agent=learner.config, network=learner.online_actor.config),
@@ -366,8 +372,8 @@ def test_numpy_policy_matches_the_tf_actor_step_by_step():
     )
     policy.net.network = learner.online_actor
     policy.net.sync()
-    for t in range(x.shape[1]):
-        u, state = policy.net.step(x[:, t], state)
+    for t in range(length):
+        u, state = policy.net.step({k: v[:, t] for k, v in x.items()}, state)
         np.testing.assert_allclose(u, expected[:, t], rtol=1e-4, atol=1e-5)
 
 

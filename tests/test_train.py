@@ -135,7 +135,9 @@ def test_rdqn_with_previous_action_and_reward_inputs(tiny_config: Config) -> Non
     tiny_config.network.inputs = ["prev_action", "prev_reward"]
     spec = describe_env(tiny_config.env)
     learner, policy = build_agent(tiny_config, spec, Counters())
-    assert learner.online_q.input_dim == spec.obs_dim + spec.num_actions + 1
+    encoder = learner.online_q.encoder
+    assert encoder.extras_dim == spec.num_actions + 1
+    assert encoder.feature_dim == spec.obs_dim + spec.num_actions + 1
     assert learner.replay_fields()["prev_action"] == ((spec.num_actions,), np.float32)
     assert policy.inputs == tiny_config.network.inputs
     summary = train(tiny_config)

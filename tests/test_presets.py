@@ -1,0 +1,72 @@
+"""Every env preset for another package (popgym, MiniGrid, ALE) runs through ``scripts.train``,
+checkpoints, and resumes to a longer budget; the POMDP wrappers act on their Box leaves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs import EnvConfig, make_env
+from envs.config import ConfigError
+from tests.helpers import TINY_TRAIN_OVERRIDES, run_cli
+
+pytestmark = pytest.mark.train
+
+# Preset -> the agent it needs (the continuous pendulum goes to rtd3).
+PRESETS = {
+    "popgym_repeat_previous": "rdqn",
+    "popgym_count_recall": "rdqn",
+    "popgym_autoencode": "rdqn",
+    "popgym_stateless_cartpole": "rdqn",
+    "popgym_noisy_pendulum": "rtd3",
+    "minigrid_memory": "rdqn",
+    "atari_pong": "rdqn",
+}
+SMALL = [o for o in TINY_TRAIN_OVERRIDES if not o.startswith("env=")]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_preset_trains_checkpoints_and_resumes(capsys, tmp_path: Path, preset: str) -> None:
+    run = tmp_path / "run"
+    base = [f"agent={PRESETS[preset]}", f"env={preset}", *SMALL, "env.num_envs=2", "eval.episodes=2"]
+    if preset == "atari_pong":  # Pong episodes last thousands of steps: cap them for the test
+        base += ["network.pre_layers=[16]", "env.max_episode_steps=100"]
+    code, err = run_cli(capsys, [*base, "train.total_env_steps=200"], run)
+    assert code == 0, err
+    code, err = run_cli(capsys, [f"resume={run}", "train.total_env_steps=400"], run)
+    assert code == 0, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["env_steps"] == 400 and summary["updates"] > 0
+    assert [e["env_steps"] for e in summary["evaluations"]] == [200, 400]
+
+
+def test_flicker_and_noise_act_on_the_image_leaf_of_a_dict_observation() -> None:
+    base = {"id": "minigrid:MiniGrid-MemoryS7-v0", "drop_keys": ["mission"], "max_episode_steps": 245}
+    flicker = make_env(EnvConfig(**base, flicker=0.5), seed=0)
+    images = [flicker.step(0)[0] for _ in range(200)]
+    dark = np.mean([not img["image"].any() for img in images])
+    assert 0.35 < dark < 0.65  # the image is zeroed about half the time; the heading passes through
+    assert {img["direction"] for img in images} <= set(range(4))
+    noisy = make_env(EnvConfig(**base, obs_noise=3.0), seed=0)
+    obs = noisy.step(0)[0]
+    assert obs["image"].dtype == np.uint8 and noisy.observation_space.contains(obs)
+    clean = make_env(EnvConfig(**base), seed=0)
+    assert not np.array_equal(obs["image"], clean.step(0)[0]["image"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"mask_obs": [0]}, "env.mask_obs=[0] applies to a flat Box observation"),
+        ({"drop_keys": ["missing"]}, "env.drop_keys has 'missing', not a key"),
+        ({"drop_keys": []}, "leave a Dict key out with env.drop_keys=[mission]"),
+    ],
+)
+def test_dict_observation_settings_are_checked_with_one_line(overrides: dict, needle: str) -> None:
+    config = {"id": "minigrid:MiniGrid-MemoryS7-v0", "drop_keys": ["mission"], "max_episode_steps": 245}
+    with pytest.raises(ConfigError) as info:
+        make_env(EnvConfig(**{**config, **overrides}))
+    assert needle in str(info.value) and "\n" not in str(info.value)
