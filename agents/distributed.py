@@ -113,8 +113,11 @@ class ActingWorker:
     def __init__(self, config, spec, index: int, keys: list[str], env_seed: int, reset_seed: int) -> None:
         import tensorflow as tf
 
-        tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        try:  # acting runs on numpy; the learner built here only lends its network
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # TF already started in this process (a worker built in-process)
+            pass
         r, e = config.runner, config.runner.envs_per_actor
         self.total_envs, self.rows = r.num_actors * e, r.rows_per_block
         own = dataclasses.replace(config, seed=config.seed + WORKER_SEED_STRIDE * (index + 1))

@@ -20,12 +20,13 @@ from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 
 import agents.loop  # noqa: E402
-from agents.acting import RunnerConfig  # noqa: E402
+from agents.acting import RunnerConfig, with_training_envs  # noqa: E402
 from agents.config import Config, load_run_config  # noqa: E402
-from agents.distributed import RaySource, RowSink, start_ray, write_round  # noqa: E402
-from agents.loop import train  # noqa: E402
+from agents.distributed import ActingWorker, RaySource, RowSink, start_ray, write_round  # noqa: E402
+from agents.loop import Counters, build_agent, train  # noqa: E402
+from agents.rdqn import epsilon_ladder  # noqa: E402
 from agents.replay import SequenceReplay  # noqa: E402
-from envs import EnvConfig, make_vec_env  # noqa: E402
+from envs import EnvConfig, describe_env, make_vec_env  # noqa: E402
 from envs.config import ConfigError  # noqa: E402
 from scripts.overrides import check  # noqa: E402
 from scripts.train import cli  # noqa: E402
@@ -88,6 +89,24 @@ def test_round_puts_worker_rows_in_its_columns_and_the_sink_copies() -> None:
     expected = [[10 * (c // e) + t for c in range(6)] for t in range(k)]
     assert replay.data["reward"][:k].tolist() == expected
     assert all(v == [] for v in sinks[0].data.values())
+
+
+def test_worker_takes_its_ladder_slice_and_seeds_its_columns(tiny_config: Config) -> None:
+    """A worker built in this process (no Ray): worker 1 of 2, 2 envs each, acts for columns 2, 3."""
+    config = _ray_config(tiny_config)
+    config.agent.epsilon_ladder = True
+    spec = describe_env(config.env)
+    learner, _ = build_agent(with_training_envs(config), spec, Counters())
+    keys = list(SequenceReplay(400, 4, learner.seq_len, learner.replay_fields(), learner.state_dim).data)
+    worker = ActingWorker(config, spec, 1, keys, env_seed=5, reset_seed=9)
+    np.testing.assert_array_equal(worker.policy.epsilon(), epsilon_ladder(4)[2:4])
+    block = worker.collect(None)
+    assert block["fresh"] and block["version"] == -1
+    assert set(block["rows"]) == set(keys) and block["rows"]["reward"].shape == (10, 2)
+    local = make_vec_env(config.env, seed=5 + 2, num_envs=2)  # as the local runner seeds columns 2, 3
+    first_obs, _ = local.reset(seed=[9 + 2, 9 + 3])
+    np.testing.assert_array_equal(block["rows"]["obs"][0], first_obs)
+    assert not worker.collect(None)["fresh"]
 
 
 @pytest.fixture(scope="module")
