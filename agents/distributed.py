@@ -153,10 +153,6 @@ class ActingWorker:
         self.fresh = False
         return block
 
-    def pid(self) -> int:
-        """This worker's process id."""
-        return os.getpid()
-
 
 def start_ray(runner) -> bool:
     """Join ``runner.address`` or start a local Ray; False if Ray was already running here."""
