@@ -118,7 +118,9 @@ class MetricsWriter:
             w = csv.DictWriter(f, fieldnames=PROGRESS_COLUMNS)
             if new:
                 w.writeheader()
-            w.writerow({k: row[k] for k in PROGRESS_COLUMNS})
+            w.writerow(
+                {k: row[k] if k in row or k not in OPTIONAL_COLUMNS else "nan" for k in PROGRESS_COLUMNS}
+            )
             f.flush()
             os.fsync(f.fileno())
 
@@ -155,7 +157,10 @@ class LearnerLog:
             )
 
     def write(self, writer: MetricsWriter, step: int) -> None:
-        writer.scalars(step, {f"losses/{k}": np.mean(v) for k, v in self.scalars.items()})
+        # Keys with a group of their own (charts/...) keep it; the rest are losses.
+        writer.scalars(
+            step, {(k if "/" in k else f"losses/{k}"): np.mean(v) for k, v in self.scalars.items()}
+        )
         for prefix, arrays in self.td.items():
             pooled = np.concatenate(arrays, axis=1)  # [2, n*B, T]
             tag = "td" if not prefix else f"td_{prefix.rstrip('_')}"

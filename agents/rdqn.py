@@ -73,6 +73,10 @@ class RDQNConfig:
     # Learn Q in R2D2's rescaled space h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x: bootstrap values
     # are mapped back with h^-1 before the n-step target, which is then mapped with h.
     value_rescaling: bool = False
+    # Every this many updates, log R2D2's representational drift of the stored states: the mean
+    # |Q| difference at the end of burn-in between unrolling from the stored state and from zeros
+    # (charts/staleness_q, and relative to mean |Q|: charts/staleness_q_rel). 0 = off.
+    staleness_every: int = 50
 
     def validate(self) -> None:
         """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
@@ -82,6 +86,8 @@ class RDQNConfig:
             check(finite(val) and 0 <= val <= 1, f"agent.{key}", val, "[0, 1]")
         check(self.epsilon_decay_steps >= 1, "agent.epsilon_decay_steps", self.epsilon_decay_steps, ">= 1")
         check(self.huber_delta > 0, "agent.huber_delta", self.huber_delta, "> 0")
+        every = self.staleness_every
+        check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 
     def validate_network(self, network: NetworkConfig) -> None:
         """Any network settings suit a Q-network."""
@@ -167,6 +173,10 @@ class RDQNLearner:
         # autograph off: the step is plain TF ops (tf.cond for the target period), traced once.
         self._step = tf.function(self._train_step, input_signature=[spec], autograph=False)
         self._run_step = CompiledStep(self._step)
+        self._run_staleness = CompiledStep(
+            tf.function(self._staleness, input_signature=[spec], autograph=False)
+        )
+        self.calls = 0
 
     def _ema(self, tau: tf.Tensor) -> tf.Tensor:
         self.targets.update_in_graph(tau)
@@ -228,7 +238,31 @@ class RDQNLearner:
         Metrics: ``loss``, ``q_mean``, ``grad_norm`` scalars; ``td_error`` and ``mask`` ``[B, T]``.
         """
         feed = {k: batch[k] for k in self._run_step.spec if k not in self.input_keys}
-        return self._run_step({**feed, **self.features(batch)})
+        feed.update(self.features(batch))
+        self.calls += 1
+        every = self.config.staleness_every
+        staleness = self._run_staleness(feed) if every and self.calls % every == 0 else {}
+        return {**self._run_step(feed), **staleness}
+
+    def _staleness(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Q at the end of burn-in (step ``max(burn_in, 1) - 1``) unrolled from the stored state and
+        from zeros, over sequences that do not start an episode (there both states are zero)."""
+        w = max(self.burn_in, 1)
+        obs = time_slice({k: batch[k] for k in self.input_keys}, 0, w)
+        first = batch["first"][:, :w]
+        stored = split_state(batch["state"], self.online_q.state_sizes)
+        q_stored, _ = self.online_q.unroll(obs, stored, first)
+        q_zero, _ = self.online_q.unroll(obs, self.online_q.initial_state(self.config.batch_size), first)
+        weight = (1.0 - batch["first"][:, 0]) * batch["valid"][:, w - 1]  # [B]
+        diff = tf.reduce_mean(tf.abs(q_stored[:, -1] - q_zero[:, -1]), axis=-1)  # [B]
+        scale = tf.reduce_mean(tf.abs(q_stored[:, -1]), axis=-1)  # [B]
+        total = tf.maximum(tf.reduce_sum(weight), 1.0)
+        mean_diff = tf.reduce_sum(weight * diff) / total
+        mean_scale = tf.reduce_sum(weight * scale) / total
+        return {
+            "charts/staleness_q": mean_diff,
+            "charts/staleness_q_rel": mean_diff / tf.maximum(mean_scale, 1e-6),
+        }
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length

@@ -65,6 +65,7 @@ class ConvTorso(keras.layers.Layer):
             for i, (c, k, s) in enumerate(zip(spec.channels, spec.kernels, spec.strides, strict=True))
         ]
         self.output_dim = 0
+        self.flops = 0  # multiply-adds x 2 of one image through the convs
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         _, h, w, c = input_shape
@@ -74,7 +75,9 @@ class ConvTorso(keras.layers.Layer):
         shape = (None, int(h), int(w), int(c))
         for i, conv in enumerate(self.convs):
             conv.build(shape)
+            cin = shape[3]
             shape = conv.compute_output_shape(shape)
+            self.flops += 2 * shape[1] * shape[2] * conv.kernel_size[0] * conv.kernel_size[1] * cin * shape[3]
             if i == 0 and self.spec.pool:
                 shape = (None, shape[1] // 2, shape[2] // 2, shape[3])
         self.output_dim = int(height * width * self.spec.channels[-1])

@@ -9,8 +9,9 @@ FLOPs of one learner update are counted from the weight shapes (matmuls only; el
 the loss and the optimiser are not counted). A dense or recurrent layer with kernel ``[I, O]``
 costs ``2 I O`` per sample and step forward, and twice that backward (input and weight grads)::
 
-    net(step)     = sum over pre/post/head layers of 2 I O + core, core = 2 (F + U) G
-                    (G = 4U lstm, 3U gru, U mlp; F = core input width)
+    net(step)     = sum over pre/post/head layers of 2 I O + core + torso, core = 2 (F + U) G
+                    (G = 4U lstm, 3U gru, U mlp; F = core input width;
+                     torso = sum over conv layers of 2 Ho Wo k k Cin Cout, per image leaf)
     rdqn update   = B net (L + L + 2 T)
                     # target over L, online over L (burn-in, trace, n_step tail), backward over the trace
     rddpg update  = B [L (enc_a + pol + enc_c + k qh)                # target actor and critic(s)
@@ -83,6 +84,11 @@ def _dense_flops(layers: list) -> int:
     return sum(2 * int(layer.kernel.shape[0]) * int(layer.kernel.shape[1]) for layer in layers)
 
 
+def _encoder_flops(encoder) -> int:
+    """The dense layers and, per image leaf, its conv torso."""
+    return _dense_flops(encoder.pre) + sum(t.flops for t in encoder.torsos.values())
+
+
 def _core_flops(core: core.RecurrentCore) -> int:
     rows = int(core.cell.kernel.shape[0]) + (0 if core.cell_kind == "mlp" else core.units)
     return 2 * rows * int(core.cell.kernel.shape[1])
@@ -93,11 +99,11 @@ def update_flops(learner, batch_size: int) -> int:
     length, bi, tl = learner.seq_len, learner.burn_in, learner.trace_length
     if hasattr(learner, "online_q"):
         q = learner.online_q
-        net = _dense_flops(q.encoder.pre) + _core_flops(q.core) + _dense_flops([*q.post, q.head])
+        net = _encoder_flops(q.encoder) + _core_flops(q.core) + _dense_flops([*q.post, q.head])
         return batch_size * net * (2 * length + 2 * tl)
     actor, critic = learner.online_actor, learner.online_critic
-    enc_a = _dense_flops(actor.encoder.pre) + _core_flops(actor.core)
-    enc_c = 0 if critic is actor else _dense_flops(critic.encoder.pre) + _core_flops(critic.core)
+    enc_a = _encoder_flops(actor.encoder) + _core_flops(actor.core)
+    enc_c = 0 if critic is actor else _encoder_flops(critic.encoder) + _core_flops(critic.core)
     pol = _dense_flops([*actor.post, actor.head])
     heads = [_dense_flops([*post, head]) for post, head in zip(critic.q_posts, critic.q_heads, strict=True)]
     qh, k_qh = heads[0], sum(heads)
@@ -123,6 +129,8 @@ def synthetic_batch(learner, spec: EnvSpec, batch_size: int, seed: int) -> dict[
             out[key] = np.eye(spec.num_actions, dtype=dtype)[rng.integers(0, spec.num_actions, (b, length))]
         elif key in ("action", "prev_action"):
             out[key] = rng.uniform(spec.action_low, spec.action_high, (b, length, *shape)).astype(dtype)
+        elif np.issubdtype(dtype, np.integer):  # image pixels, discrete observation values
+            out[key] = rng.integers(0, 4, (b, length, *shape)).astype(dtype)
         else:
             out[key] = rng.normal(size=(b, length, *shape)).astype(dtype)
     out["state"] = 0.1 * rng.normal(size=(b, learner.state_dim)).astype(np.float32)
@@ -140,7 +148,8 @@ class KerasStep:
     """Stock ``keras.layers.LSTM``/``GRU`` doing an rdqn update's recurrent work in one tf.function.
 
     Target forward over ``L``, online burn-in forward, online forward and backward over the rest,
-    a squared TD loss against the target's max, Adam. Same layer sizes as the rdqn row.
+    a squared TD loss against the target's max, Adam. Same layer sizes as the rdqn row (flat vector
+    observations only: rows of other envs have no Keras column).
     """
 
     def __init__(self, config: Config, spec: EnvSpec, seq_len: int) -> None:
@@ -247,7 +256,8 @@ def learner_row(
         if kernel == "native":  # the TF-graph kernel it replaces
             graph = _build_learner(compose, overrides, "graph", seed)
             cases["graph"] = lambda: graph[2].step(graph[3])
-        if config.agent.kind == "rdqn" and config.network.cell in ("lstm", "gru"):
+        flat = len(spec.observation) == 1 and spec.observation[0].kind == "vector"
+        if config.agent.kind == "rdqn" and config.network.cell in ("lstm", "gru") and flat:
             keras_step = KerasStep(config, spec, learner.seq_len)
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
         if config.agent.kind == "rdqn":

@@ -55,6 +55,7 @@ def _row(step: int) -> dict[str, float]:
         "eval_return_mean": step / 10,
         "eval_return_std": 1.5,
         "train_return_mean": -step / 10,
+        "eval_success_rate": step / 1000,
         "not_a_column": 7.0,
     }
 
@@ -73,6 +74,18 @@ def test_progress_csv_has_one_header_and_a_row_per_call_across_writers(tmp_path:
     rows = read_progress(tmp_path / "progress.csv")
     assert rows == [{k: _row(s)[k] for k in PROGRESS_COLUMNS} for s in (100, 200, 300)]
     assert all(isinstance(r["env_steps"], int) and isinstance(r["updates"], int) for r in rows)
+
+
+def test_progress_without_the_success_column_reads_it_as_nan(tmp_path: Path) -> None:
+    """A progress.csv written before eval_success_rate existed; a row without it is written as nan."""
+    old = [c for c in PROGRESS_COLUMNS if c != "eval_success_rate"]
+    (tmp_path / "progress.csv").write_text(",".join(old) + "\n" + "100,25,1.0,10.0,1.5,-10.0\n")
+    (row,) = read_progress(tmp_path / "progress.csv")
+    assert row["eval_return_mean"] == 10.0 and np.isnan(row["eval_success_rate"])
+    writer = MetricsWriter(tmp_path / "new")
+    writer.progress({k: v for k, v in _row(100).items() if k != "eval_success_rate"})
+    writer.close()
+    assert np.isnan(read_progress(tmp_path / "new" / "progress.csv")[0]["eval_success_rate"])
 
 
 def test_read_progress_leaves_out_a_torn_last_line(tmp_path: Path) -> None:

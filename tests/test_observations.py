@@ -11,6 +11,7 @@ import pytest
 
 from agents.config import Config, validate
 from agents.loop import train
+from agents.metrics import read_progress
 from agents.networks import NetworkConfig
 from agents.rdqn import RDQNConfig
 from agents.replay import ReplayConfig
@@ -60,12 +61,15 @@ def test_each_observation_type_trains_a_few_hundred_steps(tmp_path: Path, obs_ty
 
 
 def test_multi_discrete_actions_are_one_joint_discrete(tmp_path: Path) -> None:
-    """MultiDiscrete([2, 3]) becomes Discrete(6); the env receives the unravelled pair."""
-    config = _config(tmp_path, "dict", kwargs={"action_type": "multi_discrete"})
+    """MultiDiscrete([2, 3]) becomes Discrete(6); the env receives the unravelled pair. With
+    env.success_return the evaluations also give the success rate (returns here are +-1)."""
+    config = _config(tmp_path, "dict", kwargs={"action_type": "multi_discrete"}, success_return=0.5)
     spec = describe_env(config.env)
     assert spec.discrete and spec.num_actions == 6
     summary = train(config)
     assert summary["status"] == "finished"
+    for row in read_progress(Path(config.run_dir) / "progress.csv"):
+        assert row["eval_success_rate"] == pytest.approx((row["eval_return_mean"] + 1) / 2)
 
 
 def test_image_dict_run_resumes_from_its_checkpoint(tmp_path: Path) -> None:

@@ -91,3 +91,29 @@ def test_prioritized_run_checkpoints_and_resumes(tiny_config: Config) -> None:
         assert (leaves > 0).sum() > 0 and not np.allclose(leaves[leaves > 0], leaves[leaves > 0][0])
     resumed = train(load_run_config(tiny_config.run_dir, ["train.total_env_steps=600"]))
     assert resumed["updates"] == first["updates"] + 50 and resumed["status"] == "finished"
+
+
+def test_staleness_is_the_q_gap_between_stored_and_zero_state_at_the_end_of_burn_in() -> None:
+    """Measured every ``staleness_every`` updates: by hand from two unrolls of the online network
+    (before the update of the same call); zero when the stored states are zero; sequences that
+    start an episode are left out."""
+    cfg = RDQNConfig(batch_size=4, n_step=2, staleness_every=2)
+    learner = RDQNLearner(cfg, NetworkConfig(units=8, pre_layers=[8], backend="graph"), 3, 2, 2, 3)
+    batch = rdqn_batch(learner, 4, 3, 2, seed=3)
+    assert "charts/staleness_q" not in learner.step(batch)  # call 1 of 2
+    batch["state"] = np.random.default_rng(4).normal(size=batch["state"].shape).astype(np.float32)
+    batch["first"][1, 0] = 1.0  # this sequence starts an episode: its stored state is not stale
+    q = learner.online_q
+    stored = tuple(tf.constant(s) for s in np.split(batch["state"], 2, axis=1))
+    obs, first = tf.constant(batch["obs"][:, :2]), tf.constant(batch["first"][:, :2])
+    q_stored = q.unroll(obs, stored, first)[0].numpy()[:, -1]
+    q_zero = q.unroll(obs, q.initial_state(4), first)[0].numpy()[:, -1]
+    expected = np.abs(q_stored - q_zero).mean(axis=1)[[0, 2, 3]].mean()
+    metrics = learner.step(batch)  # call 2: measured
+    assert metrics["charts/staleness_q"] > 0
+    np.testing.assert_allclose(metrics["charts/staleness_q"], expected, rtol=1e-5)
+    rel = expected / np.abs(q_stored).mean(axis=1)[[0, 2, 3]].mean()
+    np.testing.assert_allclose(metrics["charts/staleness_q_rel"], rel, rtol=1e-5)
+    learner.step(batch)
+    batch["state"][:] = 0.0
+    assert learner.step(batch)["charts/staleness_q"] == 0.0
