@@ -9,6 +9,10 @@ FROM debian:bookworm-slim
 # The TensorFlow wheel. pyproject.toml pins `tensorflow==2.21.0`; the image installs this instead:
 # the CPU-only build by default (smaller), `tensorflow[and-cuda]==2.21.0` for GPU hosts.
 ARG TF_PACKAGE=tensorflow-cpu==2.21.0
+# Optional dependency groups of pyproject.toml installed too (comma-separated). `ray` (about 250 MB)
+# lets `runner=ray` runs start their workers here and makes the image a Ray worker image
+# (docs/distributed.md); `--build-arg EXTRAS=` leaves it out.
+ARG EXTRAS=ray
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -33,7 +37,9 @@ WORKDIR /app
 # Dependencies first, from pyproject.toml alone, so that a code edit reuses this layer.
 # setuptools and wheel are here so that the project itself installs without network below.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+RUN python -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+extras = [e for e in os.environ['EXTRAS'].split(',') if e]; \
+deps = p['dependencies'] + [d for e in extras for d in p['optional-dependencies'][e]]; \
 print('\n'.join(d for d in deps if not d.startswith('tensorflow==')))" > /tmp/requirements.txt \
     && pip install "$TF_PACKAGE" -r /tmp/requirements.txt "setuptools==80.9.0" "wheel==0.45.1" \
     && rm /tmp/requirements.txt

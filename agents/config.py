@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.acting import RunnerConfig, training_envs
 from agents.agent import CONFIGS_BY_KIND, lookup
 from agents.networks import NetworkConfig
 from agents.rddpg import RDDPGConfig  # noqa: F401  (importing an agent module registers it)
@@ -95,6 +96,7 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
     # Seeds envs, networks, exploration and replay sampling.
     seed: int = 0
     # A run directory to continue from its last complete checkpoint.
@@ -123,20 +125,21 @@ def validate(config: Config) -> None:
         allowed,
     )
     config.env.validate()
-    _validate_capacity(config.replay, config.env, a.n_step)
+    config.runner.validate()
+    _validate_capacity(config.replay, training_envs(config), a.n_step)
     config.train.validate()
     config.eval.validate()
 
 
-def _validate_capacity(r: ReplayConfig, e: EnvConfig, n_step: int) -> None:
+def _validate_capacity(r: ReplayConfig, num_envs: int, n_step: int) -> None:
     seq = r.burn_in + r.trace_length + n_step
-    per_env = r.capacity // max(e.num_envs, 1)
+    per_env = r.capacity // max(num_envs, 1)
     _check(
         per_env >= seq,
         "replay.capacity",
         r.capacity,
-        f">= {seq * e.num_envs} (a sequence of burn_in + trace_length + n_step = {seq} rows "
-        f"per env x {e.num_envs} envs)",
+        f">= {seq * num_envs} (a sequence of burn_in + trace_length + n_step = {seq} rows "
+        f"per env x {num_envs} envs)",
     )
 
 
@@ -167,7 +170,8 @@ def replay_bytes(config: Config, spec: EnvSpec) -> int:
     action = 4 if spec.discrete else 4 * spec.num_actions  # int32 index, or float32 [A]
     extras = (4 * spec.num_actions + 4) if n.inputs else 0  # prev_action (one-hot or [A]), prev_reward
     per_row = row_bytes(spec.observation) + state + action + extras + 5 * 4
-    return int(per_row) * (config.replay.capacity // config.env.num_envs) * config.env.num_envs
+    envs = training_envs(config)
+    return int(per_row) * (config.replay.capacity // envs) * envs
 
 
 def available_memory_bytes() -> int | None:
@@ -207,6 +211,9 @@ FROZEN_ON_RESUME = (
     "agent.twin_critics",
     "agent.shared_core",
     "seed",
+    "runner.kind",
+    "runner.num_actors",
+    "runner.envs_per_actor",
 )
 MUTABLE_UNDER_FROZEN = ("network.backend",)
 
@@ -253,8 +260,8 @@ def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
     keys = []
     for item in overrides:
         key, _, value = item.partition("=")
-        if key in ("agent", "env"):  # a group: only the run's own preset is accepted
-            own = getattr(saved, key).name
+        if key in ("agent", "env", "runner"):  # a group: only the run's own preset is accepted
+            own = saved.runner.kind if key == "runner" else getattr(saved, key).name
             if value != own:
                 raise ConfigError(f"{key}={value} cannot change a resumed run (it was {key}={own})")
         else:

@@ -1,7 +1,9 @@
 """The training loop: ``train(config)`` runs a whole experiment, with no Hydra in sight.
 
 env (vectorised) -> Actor (numpy policy, carries state) -> SequenceReplay -> Learner.step ->
-MetricsWriter, with greedy evaluations and checkpoints at fixed env-step intervals.
+MetricsWriter, with greedy evaluations and checkpoints at fixed env-step intervals. The acting part
+is an :class:`agents.acting.ActingSource`: the Actor in this process (``runner=local``) or Ray
+workers (``runner=ray``, :mod:`agents.distributed`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from agents import kernels
-from agents.actor import Actor, Policy, evaluate
+from agents.acting import ActingSource, make_source, with_training_envs
+from agents.actor import Policy, evaluate
 from agents.agent import Learner, lookup
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
@@ -116,11 +119,11 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
     counters = Counters()
-    learner, policy = build_agent(config, spec, counters)
+    learner, policy = build_agent(with_training_envs(config), spec, counters)
     r = config.replay
     replay = SequenceReplay(
         r.capacity,
-        config.env.num_envs,
+        with_training_envs(config).env.num_envs,
         learner.seq_len,
         learner.replay_fields(),
         learner.state_dim,
@@ -146,9 +149,10 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
         replay.end_episodes()
         log.info("resumed %s at env step %d", run_dir, counters.env_steps)
     atomic_write(run_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2))
-    env = make_vec_env(config.env, seed=config.seed + ENV_RESEED_OFFSET * counters.evaluations)
+    env_seed = config.seed + ENV_RESEED_OFFSET * counters.evaluations
+    reset_seed = config.seed + ACTOR_RESET_SEED_STRIDE * counters.env_steps
     eval_env = make_vec_env(config.env, seed=EVAL_SEED_OFFSET, num_envs=config.eval.episodes)
-    actor = Actor(env, policy, replay, seed=config.seed + ACTOR_RESET_SEED_STRIDE * counters.env_steps)
+    source = make_source(config, spec, policy, replay, counters, env_seed, reset_seed)
     writer = MetricsWriter(run_dir)
     choice = kernels.for_network(config.network)
     log.info("kernels: recurrence %s, dense layers %s (%s)", choice.recurrence, choice.dense, choice.reason)
@@ -156,13 +160,15 @@ def _run(config: Config, spec: EnvSpec, run_dir: Path) -> dict:
     if not config.resume:
         hparams = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("run_dir", "resume")}
         writer.hparams(hparams, trial=run_dir.name)
-    parts = _Run(config, counters, actor, replay, learner, policy, eval_env, writer, ckpt, normalizer, choice)
+    parts = _Run(
+        config, counters, source, replay, learner, policy, eval_env, writer, ckpt, normalizer, choice
+    )
     try:
         with StopSignals() as stop:
             return _loop(parts, evals, stop)
     finally:
         writer.close()
-        env.close()
+        source.close()
         eval_env.close()
 
 
@@ -187,7 +193,7 @@ class _Run:
 
     config: Config
     counters: Counters
-    actor: Actor
+    source: ActingSource
     replay: SequenceReplay
     learner: Learner
     policy: Policy
@@ -199,7 +205,7 @@ class _Run:
 
 
 def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
-    config, counters, actor, replay, learner = run.config, run.counters, run.actor, run.replay, run.learner
+    config, counters, source, replay, learner = run.config, run.counters, run.source, run.replay, run.learner
     writer, t = run.writer, config.train
     started = time.perf_counter() - counters.wall_time_s
     recent = deque(maxlen=20)
@@ -214,17 +220,17 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
         dynamic_ncols=True,
     )
     perf_mark = (time.perf_counter(), counters.env_steps, counters.updates)
-    n = actor.num_envs
     saved_at = counters.env_steps
     while counters.env_steps < t.total_env_steps:
-        stats = actor.step(explore=True)
+        acted = source.collect()  # rows written to replay
+        n = acted.env_steps
         counters.env_steps += n
-        bad = describe_non_finite(actor.obs, actor.prev_reward)
+        bad = describe_non_finite(acted.obs, acted.reward)
         if bad:
             _stop_nonfinite(run, evals, started, bad)
-        run.normalizer.update(actor.obs)
+        run.normalizer.update(acted.obs)
         bar.update(n)
-        for ret, length in zip(stats.returns, stats.lengths, strict=True):
+        for ret, length in zip(acted.returns, acted.lengths, strict=True):
             counters.episodes += 1
             recent.append(ret)
             writer.scalars(
@@ -247,6 +253,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
                 log_.add(metrics)
                 if counters.updates % t.log_every_updates == 0:
                     log_.write(writer, counters.env_steps)
+            source.after_updates(counters)
         if counters.env_steps >= next_eval or counters.env_steps >= t.total_env_steps:
             next_eval += config.eval.every_env_steps
             now = time.perf_counter()
@@ -257,6 +264,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
                     "perf/env_steps_per_s": (counters.env_steps - perf_mark[1]) / dt,
                     "perf/updates_per_s": (counters.updates - perf_mark[2]) / dt,
                     **learner.schedule_scalars(counters.env_steps),
+                    **source.scalars(),
                 },
             )
             evals.append(_evaluate(run, recent, started))
@@ -278,7 +286,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
     bar.close()
     counters.wall_time_s = time.perf_counter() - started
     status = "finished" if counters.env_steps >= t.total_env_steps else f"stopped by {stop.requested}"
-    summary = _summary(config, counters, evals, status, run.kernels)
+    summary = {**_summary(config, counters, evals, status, run.kernels), **source.summary()}
     writer.final_metrics(counters.env_steps, summary)
     writer.summary(summary)
     if stop.requested:

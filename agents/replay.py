@@ -153,24 +153,26 @@ class SequenceReplay:
         out["state"] = np.zeros_like(state) if self.zero_initial_state else state
         return out
 
-    def end_episodes(self) -> None:
-        """Close every env's open episode at the write head, as a time limit would.
+    def end_episodes(self, envs: np.ndarray | slice | None = None) -> None:
+        """Close the open episodes of ``envs`` (env columns; default all) at the write head, as a
+        time limit would.
 
-        Called when acting restarts with fresh episodes (a resumed run): the newest row of each env
-        becomes a final-observation row (``valid = 0``) and the row before it is marked truncated,
-        so its n-step target bootstraps from that observation and no target reaches into the next
-        episode. Rows that already end an episode are left as they are.
+        Called when acting restarts with fresh episodes (a resumed run, a restarted acting worker):
+        the newest row of each env becomes a final-observation row (``valid = 0``) and the row
+        before it is marked truncated, so its n-step target bootstraps from that observation and no
+        target reaches into the next episode. Rows that already end an episode are left as they are.
         """
         stored = self.rows if self.full else self.pos
         if stored < 2:
             return
+        cols = slice(None) if envs is None else envs
         last, prev = (self.pos - 1) % self.rows, (self.pos - 2) % self.rows
         d = self.data
-        open_ = d["valid"][last] > 0  # [E] the newest row is a real transition: its episode goes on
+        open_ = d["valid"][last, cols] > 0  # [E] the newest row is a real transition: its episode goes on
         for key in ("valid", "reward", "terminated", "truncated"):
-            d[key][last] = np.where(open_, 0.0, d[key][last])
-        goes_on = open_ & (d["valid"][prev] > 0) & (d["terminated"][prev] == 0)
-        d["truncated"][prev] = np.where(goes_on, 1.0, d["truncated"][prev])
+            d[key][last, cols] = np.where(open_, 0.0, d[key][last, cols])
+        goes_on = open_ & (d["valid"][prev, cols] > 0) & (d["terminated"][prev, cols] == 0)
+        d["truncated"][prev, cols] = np.where(goes_on, 1.0, d["truncated"][prev, cols])
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything needed to restore the buffer exactly (arrays, cursor, sampling RNG)."""

@@ -9,7 +9,9 @@ tables in Markdown beside it (``.md``):
   Keras LSTM/GRU step of the same shape;
 * target-update time per call, fused against per-variable eager assigns;
 * acting env steps/s (numpy recurrent policy + replay writes) next to raw SyncVectorEnv stepping;
-* with ``bench.learning=true``: time-to-threshold runs over seeds and a learning-curve PNG.
+* with ``bench.learning=true``: time-to-threshold runs over seeds and a learning-curve PNG;
+* with ``bench.scaling.enabled=true``: ``runner=ray`` acting env steps/s against worker counts
+  (scripts/measure_scaling.py).
 
 ``bench.tiny=true`` shrinks every shape and count so the whole thing runs in seconds (tests).
 Methods and formulas: scripts/measure.py (learner, target update), scripts/measure_acting.py,
@@ -39,6 +41,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 import scripts.train  # noqa: E402, F401  (registers the run-config schemas that compose() needs)
 from scripts.bench_report import format_learner, format_markdown, format_table  # noqa: E402
+from scripts.measure_scaling import ScalingBench  # noqa: E402
 
 
 @dataclass
@@ -105,6 +108,7 @@ class BenchConfig:
     # Calls per round for the target-update timing (rounds: learner.rounds).
     target_update_calls: int = 200
     curves: LearningBench = field(default_factory=LearningBench)
+    scaling: ScalingBench = field(default_factory=ScalingBench)
 
 
 @dataclass
@@ -121,6 +125,7 @@ def shrink(b: BenchConfig) -> list[str]:
     a = b.acting
     a.units, a.num_envs, a.env_steps, a.rounds = 8, [1, 2], 40, 2
     b.curves.seeds = b.curves.seeds[:1]
+    b.scaling.actors, b.scaling.window_s, b.scaling.warmup_s = [1, 2], 1.0, 0.5
     return ["network.pre_layers=[8]", "replay.capacity=2000", *TINY_SHAPES]
 
 
@@ -176,6 +181,12 @@ def run_benchmark(b: BenchConfig, compose, run_dir: Path) -> dict:
             result["notes"].append(
                 "learning-curve PNG skipped: matplotlib is not installed (pip install -e .[bench])"
             )
+    result["scaling"] = None
+    if b.scaling.enabled:
+        from scripts.measure_scaling import scaling_rows
+
+        s = b.scaling
+        result["scaling"] = scaling_rows(compose, s.presets, s.actors, s.window_s, s.warmup_s, base)
     result["machine"]["load_end"] = os.getloadavg()
     return result
 
@@ -260,6 +271,8 @@ def invalid(b: BenchConfig) -> str | None:
         return f"bench.learner.agents has {unknown[0]!r} without an env preset in bench.learner.envs"
     if not b.acting.num_envs or min(b.acting.num_envs) < 1:
         return f"bench.acting.num_envs={list(b.acting.num_envs)} is invalid: env counts >= 1"
+    if not b.scaling.actors or min(b.scaling.actors) < 1:
+        return f"bench.scaling.actors={list(b.scaling.actors)} is invalid: worker counts >= 1"
     return None
 
 

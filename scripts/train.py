@@ -25,6 +25,7 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from agents.acting import RunnerConfig  # noqa: E402
 from agents.config import AGENT_CONFIGS, Config, load_run_config  # noqa: E402
 from envs.config import ConfigError, EnvConfig  # noqa: E402
 from scripts.overrides import check as check_overrides  # noqa: E402
@@ -47,6 +48,7 @@ def register_configs() -> None:
     for kind, schema in AGENT_CONFIGS.items():
         cs.store(group="agent", name=f"{kind}_schema", node=schema)
     cs.store(group="env", name="env_schema", node=env)
+    cs.store(group="runner", name="runner_schema", node=RunnerConfig)
 
 
 def to_config(cfg: DictConfig) -> Config:
