@@ -191,3 +191,35 @@ def test_keras_export_of_stock_layers_matches_the_numpy_policy(
     out = export_keras(saved, tmp_path / "policy")
     got = _load_without_recurrl(KERAS_LOADER, out, episode, tmp_path)
     np.testing.assert_allclose(got["value"], episode["value"], atol=1e-4)
+
+
+def test_dict_observation_exports_one_input_per_leaf(tiny_config: Config) -> None:
+    """A Dict observation (a discrete leaf and a Box leaf; here the cue task's dict view) exports
+    with one named input per leaf, and the SavedModel acts as the numpy policy does; the stock
+    Keras export, which reads one flat vector, refuses it with one line."""
+    import tensorflow as tf
+
+    from agents.export import keras_model
+
+    config = copy.deepcopy(tiny_config)
+    config.env.kwargs = {**config.env.kwargs, "obs_type": "dict"}
+    train(config)
+    saved = load_run(config.run_dir, backend="graph")
+    out = export_saved_model(saved, Path(config.run_dir) / "export")
+    model = tf.saved_model.load(str(out))
+    sig = model.signatures["step"].structured_input_signature[1]
+    assert set(sig) == {"obs_cue", "obs_query", "state"}
+    env = make_vec_env(config.env, seed=5, num_envs=1)
+    policy = saved.greedy_policy("online")
+    actor = Actor(env, policy, replay=None, seed=5)
+    state = model.initial_state(tf.constant(1, tf.int32))["state"]
+    for _ in range(8):  # two episodes: the state is zeroed where one starts, as the actor does
+        keep = 1.0 - actor.first[:, None]
+        expected, _ = policy.net.step(actor.obs, tuple(s * keep for s in actor.state))
+        got = model.step({k: tf.constant(v) for k, v in actor.obs.items()}, state * keep)
+        np.testing.assert_allclose(got["q_values"].numpy(), expected, rtol=1e-4, atol=1e-5)
+        state = got["state"]
+        actor.step(explore=False)
+    env.close()
+    with pytest.raises(ConfigError, match="format=keras exports a flat vector observation"):
+        keras_model(saved)
