@@ -75,20 +75,26 @@ class NetworkConfig:
         check(self.backend in kernels.BACKENDS, "network.backend", self.backend, "|".join(kernels.BACKENDS))
         check(self.encoder in ENCODERS, "network.encoder", self.encoder, "|".join(ENCODERS))
         check(self.cnn in CNN_PRESETS, "network.cnn", self.cnn, "|".join(CNN_PRESETS))
-        layers = len(CNN_PRESETS[self.cnn][0])
-        given = [len(v) for v in (self.cnn_channels, self.cnn_kernels, self.cnn_strides) if len(v)]
-        layers = given[0] if given else layers
-        for key in ("cnn_channels", "cnn_kernels", "cnn_strides"):
-            values = list(getattr(self, key))
-            ok = all(v >= 1 for v in values) and len(values) in (0, layers)
-            check(
-                ok,
-                f"network.{key}",
-                values,
-                f"[] (the preset's) or {layers} integers >= 1, one per conv layer",
-            )
+        self._validate_cnn_lists()
         allowed = f"auto|graph|scan for cell={self.cell}"
         check(self.backend != "native" or self.cell == "lstm", "network.backend", self.backend, allowed)
+
+    def _validate_cnn_lists(self) -> None:
+        """One entry per conv layer: the lists given agree, and the preset's fill in the others."""
+        keys = ("cnn_channels", "cnn_kernels", "cnn_strides")
+        given = [k for k in keys if getattr(self, k)]
+        preset = dict(zip(keys, CNN_PRESETS[self.cnn][:3], strict=True))
+        layers = len(getattr(self, given[0])) if given else len(preset["cnn_channels"])
+        for key in keys:
+            values = list(getattr(self, key))
+            source = f"network.{given[0]} gives {layers}" if given else f"the {self.cnn} preset"
+            allowed = f"{layers} integers >= 1, one per conv layer ({source})"
+            if values:
+                ok = len(values) == layers and all(v >= 1 for v in values)
+                check(ok, f"network.{key}", values, allowed)
+            else:  # the preset's list stands in; it must have as many layers
+                allowed += f"; the {self.cnn} preset has {len(preset[key])}"
+                check(len(preset[key]) == layers, f"network.{key}", values, allowed)
 
 
 class RecurrentNetwork(keras.Model):

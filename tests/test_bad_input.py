@@ -47,6 +47,13 @@ CASES = [
     ("env=pendulum_p", "agent=rdqn needs a discrete action space"),
     ("agent=rddpg env=cartpole_p", "agent=rddpg/rtd3 needs a continuous (Box) action space"),
     ("resume=/nonexistent/run", "resume='/nonexistent/run' holds no run"),
+    ("replay.capacity=100000000000", "replay.capacity=100000000000 is invalid: allowed at most"),
+    ("env.drop_keys=[a]", "env.drop_keys=['a'] needs a Dict observation"),
+    ("env.preprocessing=foo", "env.preprocessing='foo' is invalid: allowed none|atari"),
+    ("network.encoder=cnn", "network.encoder='cnn' is invalid: allowed auto|flat"),
+    ("network.cnn=resnet", "network.cnn='resnet' is invalid: allowed minigrid|nature"),
+    ("network.cnn_kernels=[3]", "network.cnn_channels=[] is invalid: allowed 1 integers >= 1"),
+    ("network.cnn_strides=[0,1,1]", "network.cnn_strides=[0, 1, 1] is invalid: allowed 3 integers >= 1"),
 ]
 RESUME_CASES = [
     ("network.units=32", "network.units=32 cannot change a resumed run (it was 16)"),
