@@ -11,6 +11,7 @@ import numpy as np
 from envs import faults, memory
 from envs.config import ConfigError, EnvConfig
 from envs.spaces import Observation, observation_leaves, vector_observation
+from envs.spaces import one_line as _one_line
 from envs.wrappers import (
     MAX_JOINT_ACTIONS,
     FlickerObservation,
@@ -69,10 +70,6 @@ def _make_base(config: EnvConfig) -> gym.Env:
         raise ConfigError(f"env.id={config.id!r} cannot be made: {first}") from None
     except TypeError as exc:
         raise ConfigError(f"env.kwargs={dict(config.kwargs)} rejected by {config.id}: {exc}") from None
-
-
-def _one_line(space: gym.spaces.Space) -> str:
-    return " ".join(str(space).split())  # a Box with per-index bounds prints arrays over lines
 
 
 def has_time_limit(env: gym.Env) -> bool:

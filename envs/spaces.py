@@ -72,7 +72,8 @@ def vector_observation(dim: int) -> Observation:
     return (Leaf("obs", (), "vector", (int(dim),), "float32"),)
 
 
-def _one_line(space: gym.spaces.Space) -> str:
+def one_line(space: gym.spaces.Space) -> str:
+    """``str(space)`` on one line (a Box with per-index bounds prints its arrays over lines)."""
     return " ".join(str(space).split())
 
 
@@ -92,7 +93,7 @@ def _leaf(name: str, path: tuple, space: gym.spaces.Space) -> Leaf:
             return Leaf(name, path, "image", shape, dtype.name, channels_first=first)
         return Leaf(name, path, "vector", (int(np.prod(shape)),), "float32")
     where = f"observation leaf {name!r}" if path else "observation space"
-    shown = _one_line(space)
+    shown = one_line(space)
     shown = shown if "<" not in shown else type(space).__name__  # no function reprs in one line
     hint = f"env.drop_keys=[{path[0]}]" if path and isinstance(path[0], str) else "env.drop_keys=[<key>]"
     raise ConfigError(
@@ -122,7 +123,7 @@ def observation_leaves(space: gym.spaces.Space) -> Observation:
 
     walk(space, ())
     if not out:
-        raise ConfigError(f"observation space {_one_line(space)} has no leaves left to encode")
+        raise ConfigError(f"observation space {one_line(space)} has no leaves left to encode")
     return tuple(out)
 
 
