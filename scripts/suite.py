@@ -1,0 +1,358 @@
+"""The learning suite: ``python -m scripts.suite [tasks=[...]] [seeds=[...]] [parallel=2] [out=DIR]``.
+
+Runs every task (``conf/suite.yaml``) for every seed with one agent preset, each run a separate
+``python -m scripts.train`` process, then the memoryless baseline (``network.cell=mlp``) beside it,
+and writes one table (``DIR/suite.md``, ``DIR/suite.json``) plus the curves (``DIR/curves.csv``,
+and ``DIR/curves.png`` with matplotlib). Per task and seed it reports:
+
+* whether the greedy evaluation reaches the task's threshold within its budget, and the env steps
+  and wall seconds of the first evaluation that does;
+* the best evaluation and the evaluation at the end of the budget (stability: does it still meet
+  the threshold there?);
+* with ``floor``: the lowest evaluation after the first one at or above the threshold, over the
+  whole run (``run_steps`` may go past the budget to test that the policy stays learned).
+
+The suite takes hours; it can be stopped at any time and started again with the same ``out``: a
+finished run is read back, an interrupted one resumes from its newest checkpoint, and
+``report_only=true`` writes the table from whatever has finished.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class SuiteTask:
+    """One task of the suite."""
+
+    # Overrides that select the env (and, for continuous tasks, the agent): e.g. [env=cartpole_p].
+    overrides: list[str] = field(default_factory=list)
+    # What the threshold applies to: return (eval_return_mean) | success (eval_success_rate).
+    metric: str = "return"
+    # Evaluation value to reach; null = report only (no threshold).
+    threshold: float | None = None
+    # Env steps within which the threshold must be reached (and at whose end it must still hold).
+    budget: int = 50_000
+    # Env steps each run lasts (>= budget): past the budget only the floor is checked.
+    run_steps: int | None = None
+    # Lowest evaluation allowed after the first one at or above the threshold; null = not checked.
+    floor: float | None = None
+    # Env steps between greedy evaluations.
+    eval_every: int = 5_000
+    # Seeds for this task; null = the suite's seeds.
+    seeds: list[int] | None = None
+    # Run the memoryless baseline (network.cell=mlp) beside it.
+    baseline: bool = True
+
+
+@dataclass
+class SuiteConfig:
+    """The suite's settings."""
+
+    # Where runs, logs and the table go.
+    out: str = "bench/suite"
+    # Tasks to run, by name (keys of task_defs), in this order.
+    tasks: list[str] = field(default_factory=list)
+    task_defs: dict[str, SuiteTask] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    # Overrides applied to every run (for example an agent variant to compare against the preset).
+    overrides: list[str] = field(default_factory=list)
+    # Runs at a time (separate processes); each uses up to 2 TF threads.
+    parallel: int = 1
+    # Run the memoryless baselines (per task: SuiteTask.baseline).
+    baseline: bool = True
+    # Only read finished runs and write the table; start nothing.
+    report_only: bool = False
+
+
+METRICS = {"return": "eval_return_mean", "success": "eval_success_rate"}
+
+
+def invalid(cfg: SuiteConfig) -> str | None:
+    """One line naming the first bad key and what it allows, or None."""
+    known = sorted(cfg.task_defs)
+    for name in cfg.tasks:
+        if name not in cfg.task_defs:
+            return f"tasks: {name!r} is unknown: allowed {'|'.join(known)}"
+    for name, task in cfg.task_defs.items():
+        if task.metric not in METRICS:
+            return f"task_defs.{name}.metric={task.metric!r} is invalid: allowed {'|'.join(METRICS)}"
+        if task.budget < 1 or task.eval_every < 1:
+            return f"task_defs.{name}: budget and eval_every must be integers >= 1"
+        if task.run_steps is not None and task.run_steps < task.budget:
+            return (
+                f"task_defs.{name}.run_steps={task.run_steps} is invalid: allowed >= budget ({task.budget})"
+            )
+    if cfg.parallel < 1:
+        return f"parallel={cfg.parallel} is invalid: allowed integers >= 1"
+    if not cfg.seeds:
+        return "seeds=[] is invalid: allowed a non-empty list of integers"
+    return None
+
+
+@dataclass
+class Job:
+    """One run of the suite: a task, a variant (preset or baseline) and a seed."""
+
+    task: str
+    variant: str
+    seed: int
+    run_dir: Path
+    argv: list[str]
+
+
+def jobs(cfg: SuiteConfig) -> list[Job]:
+    """Every run, the preset's before the baselines' within a task."""
+    out = []
+    for name in cfg.tasks:
+        task = cfg.task_defs[name]
+        variants = {"preset": []}
+        if cfg.baseline and task.baseline:
+            variants["baseline"] = ["network.cell=mlp"]
+        for variant, extra in variants.items():
+            for seed in task.seeds if task.seeds is not None else cfg.seeds:
+                run_dir = Path(cfg.out) / name / variant / f"s{seed}"
+                argv = [
+                    *task.overrides,
+                    *cfg.overrides,
+                    *extra,
+                    f"train.total_env_steps={task.run_steps or task.budget}",
+                    f"eval.every_env_steps={task.eval_every}",
+                    f"seed={seed}",
+                    "train.progress_bar=false",
+                    f"hydra.run.dir={run_dir}",
+                ]
+                out.append(Job(name, variant, seed, run_dir, argv))
+    return out
+
+
+def finished(run_dir: Path) -> bool:
+    """True when the run wrote its summary with status finished."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return False
+    return json.loads(path.read_text()).get("status") == "finished"
+
+
+def run_job(job: Job) -> int:
+    """Train one run in its own process (resuming an interrupted one); returns the exit code."""
+    if finished(job.run_dir):
+        return 0
+    argv = list(job.argv)
+    if (job.run_dir / "config.json").is_file():
+        argv.append(f"resume={job.run_dir}")
+    job.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(job.run_dir.parent / f"s{job.seed}.log", "a") as log:
+        code = subprocess.call([sys.executable, "-m", "scripts.train", *argv], stdout=log, stderr=log)
+    print(f"{job.task} {job.variant} seed {job.seed}: exit {code}", flush=True)
+    return code
+
+
+def read_run(run_dir: Path, task: SuiteTask) -> dict | None:
+    """A run's figures from its progress.csv, or None if it has no evaluation yet."""
+    path = run_dir / "progress.csv"
+    if not path.is_file():
+        return None
+    column = METRICS[task.metric]
+    curve = []
+    for row in csv.DictReader(open(path)):
+        value = float(row.get(column) or "nan")
+        curve.append((int(row["env_steps"]), float(row["wall_time_s"]), value))
+    if not curve:
+        return None
+    return summarize_curve(curve, task) | {
+        "finished": finished(run_dir),
+        "curve": [[s, v] for s, _, v in curve],
+    }
+
+
+def summarize_curve(curve: list[tuple[int, float, float]], task: SuiteTask) -> dict:
+    """Threshold, stability and floor figures of one run's ``(env_steps, wall_s, value)`` curve."""
+    within = [p for p in curve if p[0] <= task.budget]
+    hit = None
+    if task.threshold is not None:
+        hit = next((p for p in within if p[2] >= task.threshold), None)
+    at_budget = within[-1] if within else None
+    after = [p[2] for p in curve if hit is not None and p[0] > hit[0]]
+    return {
+        "steps_to_threshold": hit[0] if hit else None,
+        "wall_to_threshold_s": hit[1] if hit else None,
+        "best": max((p[2] for p in within), default=math.nan),
+        "at_budget": at_budget[2] if at_budget and at_budget[0] == task.budget else None,
+        "holds_at_budget": (
+            None
+            if task.threshold is None or not at_budget or at_budget[0] != task.budget
+            else at_budget[2] >= task.threshold
+        ),
+        "lowest_after_threshold": min(after) if after else None,
+        "last_step": curve[-1][0],
+    }
+
+
+def _median(xs: list[float | None]) -> float | None:
+    m = statistics.median(math.inf if x is None else x for x in xs) if xs else math.inf
+    return None if math.isinf(m) else float(m)
+
+
+def collect(cfg: SuiteConfig) -> dict:
+    """Per task and variant: every seed's figures and the counts the table shows."""
+    result: dict = {}
+    for job in jobs(cfg):
+        task = cfg.task_defs[job.task]
+        entry = result.setdefault(job.task, {}).setdefault(job.variant, {"runs": []})
+        run = read_run(job.run_dir, task)
+        entry["runs"].append({"seed": job.seed, **(run or {"finished": False})})
+    for name, variants in result.items():
+        task = cfg.task_defs[name]
+        for entry in variants.values():
+            runs = [r for r in entry["runs"] if r.get("last_step") is not None]
+            entry["seeds"] = len(entry["runs"])
+            entry["complete"] = sum(r.get("last_step", 0) >= (task.run_steps or task.budget) for r in runs)
+            entry["reached"] = sum(r["steps_to_threshold"] is not None for r in runs)
+            entry["held_at_budget"] = sum(bool(r["holds_at_budget"]) for r in runs)
+            entry["median_steps_to_threshold"] = _median([r["steps_to_threshold"] for r in runs])
+            entry["median_wall_to_threshold_s"] = _median([r["wall_to_threshold_s"] for r in runs])
+            if task.floor is not None:
+                entry["stayed_above_floor"] = sum(
+                    r["steps_to_threshold"] is not None
+                    and r["last_step"] >= (task.run_steps or task.budget)
+                    and (r["lowest_after_threshold"] is None or r["lowest_after_threshold"] >= task.floor)
+                    for r in runs
+                )
+    return result
+
+
+def _num(x: float | None, spec: str = ".2f") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, spec)
+
+
+def _steps(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1000:g}k"
+
+
+def format_table(cfg: SuiteConfig, result: dict) -> str:
+    """The suite table in Markdown: one row per task and variant."""
+    lines = [
+        "| task | metric >= threshold | budget | variant | seeds reaching it | env steps to it per seed "
+        "(median) | median wall s to it | best per seed | at the budget per seed (holding) | "
+        "lowest after reaching it (floor, run length) |",
+        "|---|---|--:|---|--:|---|--:|---|---|---|",
+    ]
+    for name, variants in result.items():
+        task = cfg.task_defs[name]
+        for variant, e in variants.items():
+            runs = e["runs"]
+            thr = "report" if task.threshold is None else f"{task.metric} >= {task.threshold:g}"
+            per_seed = ", ".join(_steps(r.get("steps_to_threshold")) for r in runs)
+            best = ", ".join(_num(r.get("best")) for r in runs)
+            budget = ", ".join(_num(r.get("at_budget")) for r in runs)
+            floor = "-"
+            if task.floor is not None and variant == "preset":
+                lows = ", ".join(_num(r.get("lowest_after_threshold")) for r in runs)
+                stay = f"{e['stayed_above_floor']}/{e['seeds']} stay >= {task.floor:g}"
+                floor = f"{lows} ({stay} to {_steps(task.run_steps)})"
+            incomplete = e["seeds"] - e["complete"]
+            note = f" ({incomplete} unfinished)" if incomplete else ""
+            lines.append(
+                f"| {name} | {thr} | {_steps(task.budget)} | {variant}{note} | "
+                f"{e['reached']} / {e['seeds']} | {per_seed} ({_steps(e['median_steps_to_threshold'])}) | "
+                f"{_num(e['median_wall_to_threshold_s'], '.0f')} | {best} | {budget} "
+                f"({e['held_at_budget']}/{e['seeds']}) | {floor} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_curves(result: dict, cfg: SuiteConfig, out: Path) -> Path | None:
+    """Curves to ``curves.csv`` and, if matplotlib imports, one panel per task in ``curves.png``."""
+    with (out / "curves.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["task", "variant", "seed", "env_steps", "value"])
+        for name, variants in result.items():
+            for variant, e in variants.items():
+                for r in e["runs"]:
+                    for step, value in r.get("curve", []):
+                        writer.writerow([name, variant, r["seed"], step, value])
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cols = min(len(result), 3) or 1
+    rows = math.ceil(len(result) / cols) or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    for i, (name, variants) in enumerate(result.items()):
+        ax, task = axes[i // cols, i % cols], cfg.task_defs[name]
+        for j, (variant, e) in enumerate(variants.items()):
+            for k, r in enumerate(e["runs"]):
+                curve = r.get("curve", [])
+                ax.plot([p[0] for p in curve], [p[1] for p in curve], color=f"C{j}", alpha=0.6, lw=1,
+                        label=variant if k == 0 else None)  # fmt: skip
+        if task.threshold is not None:
+            ax.axhline(task.threshold, color="k", ls=":", lw=1)
+        ax.axvline(task.budget, color="grey", ls="--", lw=0.8)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(f"greedy eval {task.metric}")
+        ax.legend(loc="best", fontsize=8)
+    for i in range(len(result), rows * cols):
+        axes[i // cols, i % cols].axis("off")
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+    plt.close(fig)
+    return out / "curves.png"
+
+
+def run_suite(cfg: SuiteConfig) -> dict:
+    """Run (or resume) every job, then write the table, JSON and curves; returns the result."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not cfg.report_only:
+        with ThreadPoolExecutor(max_workers=cfg.parallel) as pool:
+            codes = list(pool.map(run_job, jobs(cfg)))
+        failed = sum(c != 0 for c in codes)
+        if failed:
+            print(f"{failed} run(s) exited non-zero: see the s<seed>.log files under {out}", flush=True)
+    result = collect(cfg)
+    (out / "suite.json").write_text(json.dumps({"overrides": cfg.overrides, "tasks": result}, indent=2))
+    table = format_table(cfg, result)
+    (out / "suite.md").write_text(table)
+    write_curves(result, cfg, out)
+    print(table)
+    print(f"wrote {out / 'suite.md'}, {out / 'suite.json'} and the curves beside them")
+    return result
+
+
+ConfigStore.instance().store(name="suite_schema", node=SuiteConfig)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="suite")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point."""
+    config = OmegaConf.to_object(cfg)
+    assert isinstance(config, SuiteConfig)
+    problem = invalid(config)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    run_suite(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""scripts.suite: the per-run figures from a curve, job resumption, the table, a tiny real suite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import suite
+from scripts.suite import SuiteConfig, SuiteTask, summarize_curve
+
+
+def test_summarize_curve_threshold_budget_and_floor():
+    task = SuiteTask(threshold=475.0, budget=30, run_steps=60, floor=400.0)
+    curve = [(10, 1.0, 200.0), (20, 2.0, 480.0), (30, 3.0, 450.0), (40, 4.0, 390.0), (60, 6.0, 500.0)]
+    r = summarize_curve(curve, task)
+    assert r["steps_to_threshold"] == 20 and r["wall_to_threshold_s"] == 2.0
+    assert r["best"] == 480.0  # within the budget only
+    assert r["at_budget"] == 450.0 and r["holds_at_budget"] is False
+    assert r["lowest_after_threshold"] == 390.0  # over the whole run, past the budget
+    assert r["last_step"] == 60
+
+
+def test_summarize_curve_threshold_only_counts_within_budget():
+    task = SuiteTask(threshold=0.9, budget=20)
+    r = summarize_curve([(10, 1.0, 0.5), (20, 2.0, 0.8), (30, 3.0, 0.95)], task)
+    assert r["steps_to_threshold"] is None and r["lowest_after_threshold"] is None
+    assert r["at_budget"] == 0.8 and r["holds_at_budget"] is False
+    # no evaluation exactly at the budget: nothing to say about holding there
+    r = summarize_curve([(10, 1.0, 0.95), (15, 2.0, 0.97)], task)
+    assert r["steps_to_threshold"] == 10 and r["at_budget"] is None and r["holds_at_budget"] is None
+
+
+def test_invalid_names_the_key():
+    cfg = SuiteConfig(tasks=["nope"], task_defs={"a": SuiteTask()})
+    assert suite.invalid(cfg) == "tasks: 'nope' is unknown: allowed a"
+    cfg = SuiteConfig(tasks=["a"], task_defs={"a": SuiteTask(budget=10, run_steps=5)})
+    assert "task_defs.a.run_steps=5" in suite.invalid(cfg)
+    cfg = SuiteConfig(tasks=["a"], task_defs={"a": SuiteTask(metric="median")})
+    assert "allowed return|success" in suite.invalid(cfg)
+
+
+def test_cli_rejects_an_unknown_task_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.suite", f"out={tmp_path}/s", "tasks=[cartpole_p,nope]"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: tasks: 'nope' is unknown: allowed ")
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+
+
+def test_jobs_resume_an_interrupted_run_and_skip_a_finished_one(tmp_path, monkeypatch):
+    task = SuiteTask(overrides=["env=cue_memory"], budget=100)
+    cfg = SuiteConfig(out=str(tmp_path), tasks=["t"], task_defs={"t": task}, seeds=[0, 1], baseline=False)
+    calls = []
+    monkeypatch.setattr(suite.subprocess, "call", lambda argv, **kw: calls.append(argv) or 0)
+    done, stopped = suite.jobs(cfg)
+    for job, status in ((done, "finished"), (stopped, "stopped by SIGTERM")):
+        job.run_dir.mkdir(parents=True)
+        (job.run_dir / "config.json").write_text("{}")
+        (job.run_dir / "summary.json").write_text(json.dumps({"status": status}))
+    assert suite.run_job(done) == 0 and calls == []
+    assert suite.run_job(stopped) == 0
+    assert calls[0][-1] == f"resume={stopped.run_dir}" and "seed=1" in calls[0]
+    assert "train.total_env_steps=100" in calls[0]
+
+
+@pytest.mark.train  # scripts.suite starts scripts.train processes
+def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
+    task = SuiteTask(
+        overrides=["env=cue_memory", "env.kwargs.delay=2", "env.num_envs=4", "network.units=16",
+                   "network.pre_layers=[16]", "replay.capacity=4000", "replay.burn_in=2",
+                   "replay.trace_length=4", "agent.batch_size=8", "train.learning_starts=100"],
+        threshold=0.9, budget=400, run_steps=600, floor=0.5, eval_every=200,
+    )  # fmt: skip
+    cfg = SuiteConfig(out=str(tmp_path / "s"), tasks=["cue"], task_defs={"cue": task}, seeds=[0])
+    result = suite.run_suite(cfg)
+    preset, baseline = result["cue"]["preset"], result["cue"]["baseline"]
+    assert preset["complete"] == 1 and baseline["complete"] == 1
+    run = preset["runs"][0]
+    assert [p[0] for p in run["curve"]] == [200, 400, 600] and run["finished"]
+    config = json.loads((tmp_path / "s/cue/baseline/s0/config.json").read_text())
+    assert config["network"]["cell"] == "mlp" and config["train"]["total_env_steps"] == 600
+    table = (tmp_path / "s/suite.md").read_text()
+    assert "| cue | return >= 0.9 | 0.4k | preset |" in table and "| baseline |" in table
+    progress = tmp_path / "s/cue/preset/s0/progress.csv"
+    before = progress.stat().st_mtime_ns
+    again = suite.run_suite(cfg)  # finished runs are read back, not rerun
+    assert progress.stat().st_mtime_ns == before
+    assert again["cue"]["preset"]["runs"][0]["curve"] == run["curve"]
+    assert (tmp_path / "s/curves.csv").read_text().startswith("task,variant,seed,env_steps,value")
+
+
+@pytest.mark.parametrize("name", ["cartpole_p", "minigrid_memory", "noisy_pendulum"])
+def test_shipped_suite_config_composes(name):
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = OmegaConf.to_object(compose(config_name="suite"))
+    assert suite.invalid(cfg) is None
+    assert name in cfg.tasks and Path(cfg.out).parts[0] == "bench"
