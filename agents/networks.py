@@ -210,8 +210,10 @@ def split_state(flat: np.ndarray | tf.Tensor, sizes: tuple[int, ...]) -> tuple:
 class NumpyNetwork:
     """A numpy mirror of a :class:`RecurrentNetwork` for stepping many envs one step at a time.
 
-    Call :meth:`sync` after the learner changes the weights. ``step`` takes ``[B, F]`` inputs and
-    the state tuple, returns ``[B, O]`` outputs (head activation applied) and the next state.
+    Call :meth:`sync` after the learner changes the weights (or the observation statistics); the
+    copy happens at the next :meth:`step`, so several updates between two acting steps cost one
+    copy. ``step`` takes ``[B, F]`` inputs and the state tuple, returns ``[B, O]`` outputs (head
+    activation applied) and the next state.
     """
 
     def __init__(self, network: RecurrentNetwork) -> None:
@@ -220,10 +222,14 @@ class NumpyNetwork:
         self.reset_after = network.config.reset_after
         self.state_sizes = network.state_sizes
         self.activation = network.head.activation.__name__ if network.head.activation else "linear"
-        self.sync()
+        self._pull()
 
     def sync(self) -> None:
-        """Copy the current weights out of the Keras network."""
+        """The Keras network's weights changed: copy them before the next step."""
+        self._stale = True
+
+    def _pull(self) -> None:
+        self._stale = False
         dense = lambda layer: (np.asarray(layer.kernel), np.asarray(layer.bias))  # noqa: E731
         self.encoder = NumpyEncoder(self.network.encoder)
         self.core = core_weights(self.network.core)
@@ -241,6 +247,8 @@ class NumpyNetwork:
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """Leaves ``[B, ...]`` (an array ``[B, F]`` for one flat leaf) and ``extras`` ``[B, X]`` ->
         outputs ``[B, O]`` and the next state."""
+        if self._stale:
+            self._pull()
         x, state = numpy_core_step(self.cell, self.core, self.encoder.step(x), state, self.reset_after)
         for weights in self.post:
             x = numpy_dense_relu_step(weights, x)

@@ -295,10 +295,10 @@ class RDDPGLearner:
         critic_state = actor_state if cfg.shared_core else self.online_critic.initial_state(cfg.batch_size)
         if bi > 0:  # R2D2 burn-in: warm the online states, no gradient
             _, critic_state = self.online_critic.encode(time_slice(x, 0, bi), critic_state, first[:, :bi])
-            critic_state = tuple(tf.stop_gradient(s) for s in critic_state)
+            critic_state = tf.nest.map_structure(tf.stop_gradient, critic_state)
             if not cfg.shared_core:
                 _, actor_state = self.online_actor.encode(time_slice(x, 0, bi), actor_state, first[:, :bi])
-                actor_state = tuple(tf.stop_gradient(s) for s in actor_state)
+                actor_state = tf.nest.map_structure(tf.stop_gradient, actor_state)
         trace_x, trace_first = time_slice(x, bi, bi + tl), first[:, bi : bi + tl]
         mask = batch["valid"][:, bi : bi + tl]
         with tf.GradientTape(persistent=True) as tape:

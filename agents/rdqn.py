@@ -170,17 +170,13 @@ class RDQNLearner:
         }
         if self.importance_weights:
             spec["weight"] = tf.TensorSpec([b], tf.float32)
-        # autograph off: the step is plain TF ops (tf.cond for the target period), traced once.
+        # autograph off: the step is plain TF ops (a tf.cond for the target period), traced once.
         self._step = tf.function(self._train_step, input_signature=[spec], autograph=False)
         self._run_step = CompiledStep(self._step)
         self._run_staleness = CompiledStep(
             tf.function(self._staleness, input_signature=[spec], autograph=False)
         )
         self.calls = 0
-
-    def _ema(self, tau: tf.Tensor) -> tf.Tensor:
-        self.targets.update_in_graph(tau)
-        return tf.constant(True)
 
     def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
         """Per-row fields this learner needs from replay besides the common ones."""
@@ -271,7 +267,7 @@ class RDQNLearner:
         q_target, _ = self.target_q.unroll(obs, state, first)  # [B, L, A]
         if bi > 0:  # R2D2 burn-in: warm the online state, no gradient
             _, state = self.online_q.unroll(time_slice(obs, 0, bi), state, first[:, :bi])
-            state = tuple(tf.stop_gradient(s) for s in state)
+            state = tf.nest.map_structure(tf.stop_gradient, state)
         variables = self.online_q.trainable_variables
         with tf.GradientTape() as tape:
             q_trace, state = self.online_q.unroll(time_slice(obs, bi, bi + tl), state, first[:, bi : bi + tl])
@@ -282,7 +278,7 @@ class RDQNLearner:
                 # The last n_step rows only pick the bootstrap action (an argmax: no gradient), so
                 # they are unrolled from the trace's stopped final state and no backward runs there.
                 with tape.stop_recording():
-                    state = tuple(tf.stop_gradient(s) for s in state)
+                    state = tf.nest.map_structure(tf.stop_gradient, state)
                     q_tail, _ = self.online_q.unroll(time_slice(obs, bi + tl), state, first[:, bi + tl :])
                 q_online = tf.concat([q_trace, q_tail], axis=1)  # [B, T+n, A]
                 greedy = tf.argmax(q_online, axis=-1, output_type=tf.int32)
@@ -308,18 +304,17 @@ class RDQNLearner:
             if self.importance_weights:  # prioritized replay: correct the sampling bias per sequence
                 per_step = per_step * batch["weight"][:, None]
             loss = masked_mean(per_step, mask)
+            q_mean = masked_mean(q_taken, mask)
         grads = tape.gradient(loss, variables)
         grads, grad_norm = tf.clip_by_global_norm(grads, cfg.max_grad_norm)
         self.optimizer.apply(grads, variables)
         self.updates.assign_add(1)
-        tau = tf.constant(cfg.tau, tf.float32)
-        period = tf.constant(cfg.target_update_period, tf.int64)
-        due = tf.equal(self.updates % period, 0)
-        with tf.control_dependencies([tf.cond(due, lambda: self._ema(tau), lambda: tf.constant(False))]):
+        due = tf.equal(self.updates % cfg.target_update_period, 0)
+        with tf.control_dependencies([self.targets.update_if(due, tf.constant(cfg.tau, tf.float32))]):
             loss = tf.identity(loss)
         return {
             "loss": loss,
-            "q_mean": masked_mean(q_taken, mask),
+            "q_mean": q_mean,
             "grad_norm": grad_norm,
             "td_error": td_error * mask,
             "mask": mask,

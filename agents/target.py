@@ -86,6 +86,16 @@ class TargetUpdater:
         """The same update, for use inside another ``tf.function`` (no extra dispatch)."""
         self._soft_update(tau)
 
+    def update_if(self, due: tf.Tensor, tau: tf.Tensor) -> tf.Tensor:
+        """The update when the boolean ``due`` holds (a ``tf.cond`` inside another ``tf.function``:
+        a target period > 1); returns whether it ran, for a control dependency."""
+
+        def update() -> tf.Tensor:
+            self._soft_update(tau)
+            return tf.constant(True)
+
+        return tf.cond(due, update, lambda: tf.constant(False))
+
     def copy(self) -> None:
         """Hard copy: every paired target weight becomes exactly equal to the online one."""
         for online, target in self.soft_pairs + self.copy_pairs:

@@ -207,3 +207,19 @@ def test_layer_norm_matches_keras_and_the_numpy_mirror() -> None:
     np.testing.assert_allclose(layer(tf.constant(x)), tf.nn.relu(ref(dense)), atol=1e-5)
     full, _ = net.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
     np.testing.assert_allclose(_numpy_unroll(net, x, first), full, atol=1e-5)
+
+
+def test_numpy_mirror_copies_the_weights_at_the_next_step_after_sync() -> None:
+    net = _net("lstm", True)
+    x, _ = _inputs()
+    mirror = NumpyNetwork(net)
+    state = mirror.initial_state(B)
+    before, _ = mirror.step(x[:, 0], state)
+    net.set_weights([w + 0.1 for w in net.get_weights()])
+    unchanged, _ = mirror.step(x[:, 0], state)  # no sync: the old copy acts
+    np.testing.assert_array_equal(unchanged, before)
+    mirror.sync()
+    after, _ = mirror.step(x[:, 0], state)
+    fresh, _ = NumpyNetwork(net).step(x[:, 0], state)
+    np.testing.assert_array_equal(after, fresh)
+    assert not np.allclose(after, before)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from agents.networks import NetworkConfig, RecurrentNetwork
 from agents.rdqn import RDQNConfig, RDQNLearner
@@ -101,3 +102,15 @@ def test_learner_hard_copies_every_period_with_tau_one() -> None:
         assert equal == (i % 3 == 0), i
         if i < 3:
             assert all(np.array_equal(initial[k], target[k]) for k in target)
+
+
+def test_update_if_runs_only_when_due() -> None:
+    online, target, updater = _pair()
+    step = tf.function(lambda due: updater.update_if(due, tf.constant(0.5)))
+    before, w_online = _weights(target), _weights(online)
+    assert not bool(step(tf.constant(False)))
+    for k, v in _weights(target).items():
+        np.testing.assert_array_equal(v, before[k])
+    assert bool(step(tf.constant(True)))
+    for k, v in _weights(target).items():
+        np.testing.assert_allclose(v, 0.5 * (before[k] + w_online[k]), rtol=1e-6, atol=1e-7)
