@@ -1,9 +1,10 @@
 """The learning suite: ``python -m scripts.suite [tasks=[...]] [seeds=[...]] [parallel=2] [out=DIR]``.
 
-Runs every task (``conf/suite.yaml``) for every seed with one agent preset, each run a separate
-``python -m scripts.train`` process, then the memoryless baseline (``network.cell=mlp``) beside it,
-and writes one table (``DIR/suite.md``, ``DIR/suite.json``) plus the curves (``DIR/curves.csv``,
-and ``DIR/curves.png`` with matplotlib). Per task and seed it reports:
+Runs every task (``conf/suite.yaml``) for every seed and every variant, each run a separate
+``python -m scripts.train`` process. The variants are the shipped preset and the memoryless
+baseline (``network.cell=mlp``) beside it; an ablation (``--config-name ablation``) lists one
+variant per setting it changes. Writes one table (``DIR/suite.md``, ``DIR/suite.json``) and the
+curves (``DIR/curves.csv``, and ``DIR/curves.png`` with matplotlib). Per task, variant and seed:
 
 * whether the greedy evaluation reaches the task's threshold within its budget, and the env steps
   and wall seconds of the first evaluation that does;
@@ -54,8 +55,8 @@ class SuiteTask:
     eval_every: int = 5_000
     # Seeds for this task; null = the suite's seeds.
     seeds: list[int] | None = None
-    # Run the memoryless baseline (network.cell=mlp) beside it.
-    baseline: bool = True
+    # Variants (keys of the suite's variants) to run on this task; null = all of them.
+    variants: list[str] | None = None
 
 
 @dataclass
@@ -68,12 +69,15 @@ class SuiteConfig:
     tasks: list[str] = field(default_factory=list)
     task_defs: dict[str, SuiteTask] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    # Overrides applied to every run (for example an agent variant to compare against the preset).
+    # Overrides applied to every run of every variant.
     overrides: list[str] = field(default_factory=list)
+    # What runs on each task, by name: overrides on top of the task's (preset: none; the memoryless
+    # baseline: network.cell=mlp). An ablation lists one variant per setting it changes.
+    variants: dict[str, list[str]] = field(
+        default_factory=lambda: {"preset": [], "baseline": ["network.cell=mlp"]}
+    )
     # Runs at a time (separate processes); each uses up to 2 TF threads.
     parallel: int = 1
-    # Run the memoryless baselines (per task: SuiteTask.baseline).
-    baseline: bool = True
     # Only read finished runs and write the table; start nothing.
     report_only: bool = False
 
@@ -96,6 +100,12 @@ def invalid(cfg: SuiteConfig) -> str | None:
             return (
                 f"task_defs.{name}.run_steps={task.run_steps} is invalid: allowed >= budget ({task.budget})"
             )
+    for name in cfg.tasks:
+        for v in cfg.task_defs[name].variants or []:
+            if v not in cfg.variants:
+                return f"task_defs.{name}.variants: {v!r} is unknown: allowed {'|'.join(cfg.variants)}"
+    if not cfg.variants:
+        return "variants={} is invalid: allowed a mapping of names to override lists"
     if cfg.parallel < 1:
         return f"parallel={cfg.parallel} is invalid: allowed integers >= 1"
     if not cfg.seeds:
@@ -105,7 +115,7 @@ def invalid(cfg: SuiteConfig) -> str | None:
 
 @dataclass
 class Job:
-    """One run of the suite: a task, a variant (preset or baseline) and a seed."""
+    """One run of the suite: a task, a variant and a seed."""
 
     task: str
     variant: str
@@ -115,14 +125,13 @@ class Job:
 
 
 def jobs(cfg: SuiteConfig) -> list[Job]:
-    """Every run, the preset's before the baselines' within a task."""
+    """Every run: task by task, variant by variant in their order, seed by seed."""
     out = []
     for name in cfg.tasks:
         task = cfg.task_defs[name]
-        variants = {"preset": []}
-        if cfg.baseline and task.baseline:
-            variants["baseline"] = ["network.cell=mlp"]
-        for variant, extra in variants.items():
+        chosen = task.variants if task.variants is not None else list(cfg.variants)
+        for variant in chosen:
+            extra = cfg.variants[variant]
             for seed in task.seeds if task.seeds is not None else cfg.seeds:
                 run_dir = Path(cfg.out) / name / variant / f"s{seed}"
                 argv = [
@@ -262,7 +271,7 @@ def format_table(cfg: SuiteConfig, result: dict) -> str:
             best = ", ".join(_num(r.get("best")) for r in runs)
             budget = ", ".join(_num(r.get("at_budget")) for r in runs)
             floor = "-"
-            if task.floor is not None and variant == "preset":
+            if task.floor is not None:
                 lows = ", ".join(_num(r.get("lowest_after_threshold")) for r in runs)
                 stay = f"{e['stayed_above_floor']}/{e['seeds']} stay >= {task.floor:g}"
                 floor = f"{lows} ({stay} to {_steps(task.run_steps)})"
@@ -330,7 +339,8 @@ def run_suite(cfg: SuiteConfig) -> dict:
         if failed:
             print(f"{failed} run(s) exited non-zero: see the s<seed>.log files under {out}", flush=True)
     result = collect(cfg)
-    (out / "suite.json").write_text(json.dumps({"overrides": cfg.overrides, "tasks": result}, indent=2))
+    record = {"overrides": cfg.overrides, "variants": cfg.variants, "tasks": result}
+    (out / "suite.json").write_text(json.dumps(record, indent=2))
     table = format_table(cfg, result)
     (out / "suite.md").write_text(table)
     write_curves(result, cfg, out)

@@ -43,6 +43,21 @@ def test_invalid_names_the_key():
     assert "allowed return|success" in suite.invalid(cfg)
 
 
+def test_jobs_run_each_variant_with_its_overrides_after_the_task_and_suite_overrides():
+    tasks = {"a": SuiteTask(overrides=["env=cue_memory"]), "b": SuiteTask(variants=["zero"])}
+    variants = {"preset": [], "zero": ["replay.initial_state=zero"]}
+    cfg = SuiteConfig(tasks=["a", "b"], task_defs=tasks, seeds=[3], variants=variants, overrides=["x=1"])
+    got = [(j.task, j.variant, j.argv[:3]) for j in suite.jobs(cfg)]
+    assert got == [
+        ("a", "preset", ["env=cue_memory", "x=1", "train.total_env_steps=50000"]),
+        ("a", "zero", ["env=cue_memory", "x=1", "replay.initial_state=zero"]),
+        ("b", "zero", ["x=1", "replay.initial_state=zero", "train.total_env_steps=50000"]),
+    ]
+    assert suite.invalid(cfg) is None
+    cfg.task_defs["b"].variants = ["nope"]
+    assert suite.invalid(cfg) == "task_defs.b.variants: 'nope' is unknown: allowed preset|zero"
+
+
 def test_cli_rejects_an_unknown_task_in_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "scripts.suite", f"out={tmp_path}/s", "tasks=[cartpole_p,nope]"],
@@ -57,7 +72,8 @@ def test_cli_rejects_an_unknown_task_in_one_line(tmp_path):
 
 def test_jobs_resume_an_interrupted_run_and_skip_a_finished_one(tmp_path, monkeypatch):
     task = SuiteTask(overrides=["env=cue_memory"], budget=100)
-    cfg = SuiteConfig(out=str(tmp_path), tasks=["t"], task_defs={"t": task}, seeds=[0, 1], baseline=False)
+    cfg = SuiteConfig(out=str(tmp_path), tasks=["t"], task_defs={"t": task}, seeds=[0, 1])
+    cfg.variants = {"preset": []}
     calls = []
     monkeypatch.setattr(suite.subprocess, "call", lambda argv, **kw: calls.append(argv) or 0)
     done, stopped = suite.jobs(cfg)
