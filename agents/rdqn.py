@@ -73,6 +73,10 @@ class RDQNConfig:
     # Learn Q in R2D2's rescaled space h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x: bootstrap values
     # are mapped back with h^-1 before the n-step target, which is then mapped with h.
     value_rescaling: bool = False
+    # Advantage learning (Bellemare et al. 2016), in [0, 1): the TD target loses
+    # alpha * (max_a Q_target(s, a) - Q_target(s, a_taken)), which widens the gap between the
+    # greedy action and the others where the returns of both saturate. 0 = off.
+    advantage_learning: float = 0.0
     # Every this many updates, log R2D2's representational drift of the stored states: the mean
     # |Q| difference at the end of burn-in between unrolling from the stored state and from zeros
     # (charts/staleness_q, and relative to mean |Q|: charts/staleness_q_rel). 0 = off.
@@ -86,6 +90,8 @@ class RDQNConfig:
             check(finite(val) and 0 <= val <= 1, f"agent.{key}", val, "[0, 1]")
         check(self.epsilon_decay_steps >= 1, "agent.epsilon_decay_steps", self.epsilon_decay_steps, ">= 1")
         check(self.huber_delta > 0, "agent.huber_delta", self.huber_delta, "> 0")
+        alpha = self.advantage_learning
+        check(finite(alpha) and 0 <= alpha < 1, "agent.advantage_learning", alpha, "[0, 1)")
         every = self.staleness_every
         check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 
@@ -298,6 +304,10 @@ class RDQNLearner:
             )
             if cfg.value_rescaling:
                 target = rescale(target)
+            if cfg.advantage_learning:  # y - alpha (V(s) - Q(s, a)), both from the target net
+                q_now = q_target[:, bi : bi + tl]  # [B, T, A]
+                gap = tf.reduce_max(q_now, axis=-1) - tf.gather(q_now, action, batch_dims=2)
+                target = target - cfg.advantage_learning * tf.stop_gradient(gap)  # [B, T]
             mask = batch["valid"][:, bi : bi + tl]
             td_error = target - q_taken  # [B, T]
             per_step = huber(td_error, cfg.huber_delta)  # [B, T]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from agents.loop import Counters, build_agent
 from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork
 from agents.rdqn import RDQNConfig, RDQNLearner, epsilon_ladder
 from envs import describe_env
+from envs.config import ConfigError
 from tests.helpers import rdqn_batch
 
 
@@ -65,6 +67,25 @@ def test_value_rescaling_changes_the_target_not_the_shapes(rescaling: bool) -> N
     assert metrics["td_error"].shape == (4, 3) and np.isfinite(metrics["loss"])
     if rescaling:  # Q starts near 0, so the TD error is about h(return), far below the raw return
         assert np.abs(metrics["td_error"]).max() < 0.2 * np.abs(batch["reward"]).max()
+
+
+def test_advantage_learning_lowers_the_target_by_alpha_times_the_action_gap() -> None:
+    cfg = RDQNConfig(batch_size=4, n_step=2)
+    net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
+    al = RDQNLearner(dataclasses.replace(cfg, advantage_learning=0.5), net, 3, 2, 1, 3)
+    plain = RDQNLearner(cfg, net, 3, 2, 1, 3)
+    plain.online_q.set_weights(al.online_q.get_weights())
+    plain.target_q.set_weights(al.target_q.get_weights())
+    batch = rdqn_batch(plain, 4, 3, 2, seed=2)
+    q, _ = al.target_q.unroll(batch["obs"], al.target_q.initial_state(4), batch["first"])
+    q = np.asarray(q)[:, 1:4]  # the trace after 1 burn-in step: [B, T, A]
+    taken = np.take_along_axis(q, batch["action"][:, 1:4, None], axis=-1)[..., 0]
+    gap = q.max(axis=-1) - taken  # [B, T], >= 0 and > 0 where the action taken is not greedy
+    assert (gap > 0).any()
+    want = plain.step(batch)["td_error"] - 0.5 * gap
+    np.testing.assert_allclose(al.step(batch)["td_error"], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match=r"agent.advantage_learning"):
+        RDQNConfig(advantage_learning=1.0).validate()
 
 
 def test_importance_weights_scale_each_sequence_loss() -> None:

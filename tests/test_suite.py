@@ -113,12 +113,21 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
     assert (tmp_path / "s/curves.csv").read_text().startswith("task,variant,seed,env_steps,value")
 
 
-@pytest.mark.parametrize("name", ["cartpole_p", "minigrid_memory", "noisy_pendulum"])
-def test_shipped_suite_config_composes(name):
+@pytest.mark.parametrize(("config", "task"), [("suite", "minigrid_memory"), ("ablation", "cartpole_p")])
+def test_shipped_suite_configs_compose_and_their_runs_validate(config, task):
+    """Every variant's overrides of one task compose into a run config that passes validation."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
+    from agents.config import validate
+
     with initialize_config_module("conf", version_base="1.3"):
-        cfg = OmegaConf.to_object(compose(config_name="suite"))
-    assert suite.invalid(cfg) is None
-    assert name in cfg.tasks and Path(cfg.out).parts[0] == "bench"
+        cfg = OmegaConf.to_object(compose(config_name=config))
+        assert suite.invalid(cfg) is None
+        assert task in cfg.tasks and Path(cfg.out).parts[0] == "bench"
+        import scripts.train  # noqa: F401  (registers the run-config schemas)
+
+        for job in suite.jobs(cfg):
+            if job.task == task and job.seed == cfg.seeds[0]:
+                overrides = [a for a in job.argv if not a.startswith("hydra.")]
+                validate(OmegaConf.to_object(compose(config_name="config", overrides=overrides)))
