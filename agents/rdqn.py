@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -51,6 +52,11 @@ class RDQNConfig:
     n_step: int = 3
     # Adam learning rate.
     lr: float = 1e-3
+    # Anneal the learning rate linearly from lr to lr_end over lr_decay_updates updates, then keep
+    # lr_end; null = constant lr. Late in a run it bounds how far one update moves the greedy
+    # policy where the Q-values of all actions are nearly equal.
+    lr_end: float | None = None
+    lr_decay_updates: int = 25_000
     # Sequences per update.
     batch_size: int = 32
     # EMA rate of the target network, in (0, 1]; 1 with a period gives hard copies.
@@ -90,6 +96,9 @@ class RDQNConfig:
             check(finite(val) and 0 <= val <= 1, f"agent.{key}", val, "[0, 1]")
         check(self.epsilon_decay_steps >= 1, "agent.epsilon_decay_steps", self.epsilon_decay_steps, ">= 1")
         check(self.huber_delta > 0, "agent.huber_delta", self.huber_delta, "> 0")
+        if self.lr_end is not None:
+            check(finite(self.lr_end) and self.lr_end > 0, "agent.lr_end", self.lr_end, "> 0 or null")
+        check(self.lr_decay_updates >= 1, "agent.lr_decay_updates", self.lr_decay_updates, "integers >= 1")
         alpha = self.advantage_learning
         check(finite(alpha) and 0 <= alpha < 1, "agent.advantage_learning", alpha, "[0, 1)")
         every = self.staleness_every
@@ -158,7 +167,10 @@ class RDQNLearner:
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
         self.targets.copy()  # the first TD targets must come from the same function as Q
         self.ladder: np.ndarray | None = None  # per-env epsilons when agent.epsilon_ladder is on
-        self.optimizer = FusedAdam(learning_rate=config.lr)
+        lr = config.lr
+        if config.lr_end is not None:  # evaluated at the optimizer's iterations (checkpointed)
+            lr = keras.optimizers.schedules.PolynomialDecay(config.lr, config.lr_decay_updates, config.lr_end)
+        self.optimizer = FusedAdam(learning_rate=lr)
         self.optimizer.build(self.online_q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.state_dim = sum(self.online_q.state_sizes)

@@ -88,6 +88,19 @@ def test_advantage_learning_lowers_the_target_by_alpha_times_the_action_gap() ->
         RDQNConfig(advantage_learning=1.0).validate()
 
 
+def test_learning_rate_anneals_linearly_then_holds() -> None:
+    cfg = RDQNConfig(batch_size=4, n_step=2, lr=1e-3, lr_end=1e-4, lr_decay_updates=4)
+    learner = RDQNLearner(cfg, NetworkConfig(units=8, pre_layers=[8], backend="graph"), 3, 2, 1, 3)
+    batch = rdqn_batch(learner, 4, 3, 2, seed=3)
+    seen = []
+    for _ in range(6):
+        seen.append(float(learner.optimizer._get_current_learning_rate()))
+        learner.step(batch)
+    np.testing.assert_allclose(seen, [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4, 1e-4], rtol=1e-5)
+    with pytest.raises(ConfigError, match=r"agent.lr_end"):
+        RDQNConfig(lr_end=0.0).validate()
+
+
 def test_importance_weights_scale_each_sequence_loss() -> None:
     cfg = RDQNConfig(batch_size=4, n_step=2)
     net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
