@@ -55,7 +55,7 @@ class SuiteTask:
     eval_every: int = 5_000
     # Seeds for this task; null = the suite's seeds.
     seeds: list[int] | None = None
-    # Variants (keys of the suite's variants) to run on this task; null = all of them.
+    # The suite's variants this task runs (names from variant_defs); null = all of them.
     variants: list[str] | None = None
 
 
@@ -71,9 +71,11 @@ class SuiteConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     # Overrides applied to every run of every variant.
     overrides: list[str] = field(default_factory=list)
-    # What runs on each task, by name: overrides on top of the task's (preset: none; the memoryless
-    # baseline: network.cell=mlp). An ablation lists one variant per setting it changes.
-    variants: dict[str, list[str]] = field(
+    # Variants to run on each task, by name (keys of variant_defs), in this order.
+    variants: list[str] = field(default_factory=lambda: ["preset", "baseline"])
+    # Each variant's overrides on top of the task's (preset: none; the memoryless baseline:
+    # network.cell=mlp). An ablation defines one variant per setting it changes.
+    variant_defs: dict[str, list[str]] = field(
         default_factory=lambda: {"preset": [], "baseline": ["network.cell=mlp"]}
     )
     # Runs at a time (separate processes); each uses up to 2 TF threads.
@@ -100,12 +102,16 @@ def invalid(cfg: SuiteConfig) -> str | None:
             return (
                 f"task_defs.{name}.run_steps={task.run_steps} is invalid: allowed >= budget ({task.budget})"
             )
+    allowed = "|".join(sorted(cfg.variant_defs))
+    if not cfg.variants:
+        return f"variants=[] is invalid: allowed a non-empty list of {allowed}"
+    for v in cfg.variants:
+        if v not in cfg.variant_defs:
+            return f"variants: {v!r} is unknown: allowed {allowed}"
     for name in cfg.tasks:
         for v in cfg.task_defs[name].variants or []:
-            if v not in cfg.variants:
-                return f"task_defs.{name}.variants: {v!r} is unknown: allowed {'|'.join(cfg.variants)}"
-    if not cfg.variants:
-        return "variants={} is invalid: allowed a mapping of names to override lists"
+            if v not in cfg.variant_defs:
+                return f"task_defs.{name}.variants: {v!r} is unknown: allowed {allowed}"
     if cfg.parallel < 1:
         return f"parallel={cfg.parallel} is invalid: allowed integers >= 1"
     if not cfg.seeds:
@@ -129,9 +135,9 @@ def jobs(cfg: SuiteConfig) -> list[Job]:
     out = []
     for name in cfg.tasks:
         task = cfg.task_defs[name]
-        chosen = task.variants if task.variants is not None else list(cfg.variants)
+        chosen = [v for v in cfg.variants if task.variants is None or v in task.variants]
         for variant in chosen:
-            extra = cfg.variants[variant]
+            extra = cfg.variant_defs[variant]
             for seed in task.seeds if task.seeds is not None else cfg.seeds:
                 run_dir = Path(cfg.out) / name / variant / f"s{seed}"
                 argv = [
@@ -339,7 +345,8 @@ def run_suite(cfg: SuiteConfig) -> dict:
         if failed:
             print(f"{failed} run(s) exited non-zero: see the s<seed>.log files under {out}", flush=True)
     result = collect(cfg)
-    record = {"overrides": cfg.overrides, "variants": cfg.variants, "tasks": result}
+    variants = {v: cfg.variant_defs[v] for v in cfg.variants}
+    record = {"overrides": cfg.overrides, "variants": variants, "tasks": result}
     (out / "suite.json").write_text(json.dumps(record, indent=2))
     table = format_table(cfg, result)
     (out / "suite.md").write_text(table)

@@ -45,8 +45,9 @@ def test_invalid_names_the_key():
 
 def test_jobs_run_each_variant_with_its_overrides_after_the_task_and_suite_overrides():
     tasks = {"a": SuiteTask(overrides=["env=cue_memory"]), "b": SuiteTask(variants=["zero"])}
-    variants = {"preset": [], "zero": ["replay.initial_state=zero"]}
-    cfg = SuiteConfig(tasks=["a", "b"], task_defs=tasks, seeds=[3], variants=variants, overrides=["x=1"])
+    defs = {"preset": [], "zero": ["replay.initial_state=zero"], "unused": ["y=2"]}
+    cfg = SuiteConfig(tasks=["a", "b"], task_defs=tasks, seeds=[3], overrides=["x=1"])
+    cfg.variants, cfg.variant_defs = ["preset", "zero"], defs
     got = [(j.task, j.variant, j.argv[:3]) for j in suite.jobs(cfg)]
     assert got == [
         ("a", "preset", ["env=cue_memory", "x=1", "train.total_env_steps=50000"]),
@@ -55,7 +56,22 @@ def test_jobs_run_each_variant_with_its_overrides_after_the_task_and_suite_overr
     ]
     assert suite.invalid(cfg) is None
     cfg.task_defs["b"].variants = ["nope"]
-    assert suite.invalid(cfg) == "task_defs.b.variants: 'nope' is unknown: allowed preset|zero"
+    assert suite.invalid(cfg) == "task_defs.b.variants: 'nope' is unknown: allowed preset|unused|zero"
+    cfg.task_defs["b"].variants, cfg.variants = None, ["preset", "nope"]
+    assert suite.invalid(cfg) == "variants: 'nope' is unknown: allowed preset|unused|zero"
+
+
+def test_cli_runs_only_the_variants_asked_for(tmp_path):
+    """``variants=[preset]`` on the command line leaves the baseline out (report only: no runs)."""
+    out = tmp_path / "s"
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.suite", f"out={out}", "tasks=[pendulum_p]", "variants=[preset]",
+         "report_only=true"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "| pendulum_p |" in proc.stdout and "| baseline" not in proc.stdout
+    assert list(json.loads((out / "suite.json").read_text())["variants"]) == ["preset"]
 
 
 def test_cli_rejects_an_unknown_task_in_one_line(tmp_path):
@@ -73,7 +89,7 @@ def test_cli_rejects_an_unknown_task_in_one_line(tmp_path):
 def test_jobs_resume_an_interrupted_run_and_skip_a_finished_one(tmp_path, monkeypatch):
     task = SuiteTask(overrides=["env=cue_memory"], budget=100)
     cfg = SuiteConfig(out=str(tmp_path), tasks=["t"], task_defs={"t": task}, seeds=[0, 1])
-    cfg.variants = {"preset": []}
+    cfg.variants = ["preset"]
     calls = []
     monkeypatch.setattr(suite.subprocess, "call", lambda argv, **kw: calls.append(argv) or 0)
     done, stopped = suite.jobs(cfg)
