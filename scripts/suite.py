@@ -274,11 +274,18 @@ def format_table(cfg: SuiteConfig, result: dict) -> str:
             runs = e["runs"]
             thr = "report" if task.threshold is None else f"{task.metric} >= {task.threshold:g}"
             per_seed = ", ".join(_steps(r.get("steps_to_threshold")) for r in runs)
-            best = ", ".join(_num(r.get("best")) for r in runs)
-            budget = ", ".join(_num(r.get("at_budget")) for r in runs)
+            # whole numbers for returns in the hundreds, two decimals for popgym returns and rates
+            scale = (
+                abs(task.threshold)
+                if task.threshold is not None
+                else max((abs(r["best"]) for r in runs if r.get("best") is not None), default=0.0)
+            )
+            spec = ".0f" if scale >= 100 else ".2f"
+            best = ", ".join(_num(r.get("best"), spec) for r in runs)
+            budget = ", ".join(_num(r.get("at_budget"), spec) for r in runs)
             floor = "-"
             if task.floor is not None:
-                lows = ", ".join(_num(r.get("lowest_after_threshold")) for r in runs)
+                lows = ", ".join(_num(r.get("lowest_after_threshold"), spec) for r in runs)
                 stay = f"{e['stayed_above_floor']}/{e['seeds']} stay >= {task.floor:g}"
                 floor = f"{lows} ({stay} to {_steps(task.run_steps)})"
             incomplete = e["seeds"] - e["complete"]
