@@ -53,8 +53,7 @@ class RDQNConfig:
     # Adam learning rate.
     lr: float = 1e-3
     # Anneal the learning rate linearly from lr to lr_end over lr_decay_updates updates, then keep
-    # lr_end; null = constant lr. Late in a run it bounds how far one update moves the greedy
-    # policy where the Q-values of all actions are nearly equal.
+    # lr_end (later updates move the weights less); null = constant lr.
     lr_end: float | None = None
     lr_decay_updates: int = 25_000
     # Sequences per update.
