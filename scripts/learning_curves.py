@@ -10,13 +10,12 @@ the env steps and wall time of that evaluation per run, their medians over seeds
 from __future__ import annotations
 
 import csv
-import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 from agents.config import Config
-from scripts.summarize import summarize_run
+from scripts.summarize import median_or_none, summarize_run
 
 
 def run_learning(
@@ -47,17 +46,12 @@ def run_learning(
             "threshold": preset["threshold"],
             "seeds": list(seeds),
             "reached": sum(r["steps_to_threshold"] is not None for r in runs),
-            "median_env_steps_to_threshold": _median([r["steps_to_threshold"] for r in runs]),
-            "median_wall_s_to_threshold": _median([r["wall_to_threshold_s"] for r in runs]),
+            "median_env_steps_to_threshold": median_or_none([r["steps_to_threshold"] for r in runs]),
+            "median_wall_s_to_threshold": median_or_none([r["wall_to_threshold_s"] for r in runs]),
             "median_final_return": statistics.median(r["final"] for r in runs),
             "runs": runs,
         }
     return results
-
-
-def _median(xs: list[float | None]) -> float | None:
-    m = statistics.median(math.inf if x is None else x for x in xs)
-    return None if math.isinf(m) else float(m)
 
 
 def write_curves(results: dict, csv_path: Path, png_path: Path) -> str | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,8 @@ from pathlib import Path
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+
+from scripts.summarize import median_or_none
 
 
 @dataclass
@@ -53,6 +54,12 @@ class SuiteTask:
     floor: float | None = None
     # Env steps between greedy evaluations.
     eval_every: int = 5_000
+
+    @property
+    def length(self) -> int:
+        """Env steps each run lasts: ``run_steps``, or the budget."""
+        return self.run_steps or self.budget
+
     # Seeds for this task; null = the suite's seeds.
     seeds: list[int] | None = None
     # The suite's variants this task runs (names from variant_defs); null = all of them.
@@ -144,7 +151,7 @@ def jobs(cfg: SuiteConfig) -> list[Job]:
                     *task.overrides,
                     *cfg.overrides,
                     *extra,
-                    f"train.total_env_steps={task.run_steps or task.budget}",
+                    f"train.total_env_steps={task.length}",
                     f"eval.every_env_steps={task.eval_every}",
                     f"seed={seed}",
                     "train.progress_bar=false",
@@ -182,10 +189,9 @@ def read_run(run_dir: Path, task: SuiteTask) -> dict | None:
     if not path.is_file():
         return None
     column = METRICS[task.metric]
-    curve = []
-    for row in csv.DictReader(open(path)):
-        value = float(row.get(column) or "nan")
-        curve.append((int(row["env_steps"]), float(row["wall_time_s"]), value))
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    curve = [(int(r["env_steps"]), float(r["wall_time_s"]), float(r.get(column) or "nan")) for r in rows]
     if not curve:
         return None
     return summarize_curve(curve, task) | {
@@ -217,11 +223,6 @@ def summarize_curve(curve: list[tuple[int, float, float]], task: SuiteTask) -> d
     }
 
 
-def _median(xs: list[float | None]) -> float | None:
-    m = statistics.median(math.inf if x is None else x for x in xs) if xs else math.inf
-    return None if math.isinf(m) else float(m)
-
-
 def collect(cfg: SuiteConfig) -> dict:
     """Per task and variant: every seed's figures and the counts the table shows."""
     result: dict = {}
@@ -235,15 +236,15 @@ def collect(cfg: SuiteConfig) -> dict:
         for entry in variants.values():
             runs = [r for r in entry["runs"] if r.get("last_step") is not None]
             entry["seeds"] = len(entry["runs"])
-            entry["complete"] = sum(r.get("last_step", 0) >= (task.run_steps or task.budget) for r in runs)
+            entry["complete"] = sum(r.get("last_step", 0) >= task.length for r in runs)
             entry["reached"] = sum(r["steps_to_threshold"] is not None for r in runs)
             entry["held_at_budget"] = sum(bool(r["holds_at_budget"]) for r in runs)
-            entry["median_steps_to_threshold"] = _median([r["steps_to_threshold"] for r in runs])
-            entry["median_wall_to_threshold_s"] = _median([r["wall_to_threshold_s"] for r in runs])
+            entry["median_steps_to_threshold"] = median_or_none([r["steps_to_threshold"] for r in runs])
+            entry["median_wall_to_threshold_s"] = median_or_none([r["wall_to_threshold_s"] for r in runs])
             if task.floor is not None:
                 entry["stayed_above_floor"] = sum(
                     r["steps_to_threshold"] is not None
-                    and r["last_step"] >= (task.run_steps or task.budget)
+                    and r["last_step"] >= task.length
                     and (r["lowest_after_threshold"] is None or r["lowest_after_threshold"] >= task.floor)
                     for r in runs
                 )

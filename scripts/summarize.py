@@ -37,6 +37,13 @@ def summarize_run(progress: Path, threshold: float) -> dict:
     }
 
 
+def median_or_none(xs: list[float | None]) -> float | None:
+    """Median where ``None`` (never reached) counts as infinitely slow; ``None`` if that median is
+    infinite or there is nothing to take it over."""
+    m = statistics.median(math.inf if x is None else x for x in xs) if xs else math.inf
+    return None if math.isinf(m) else float(m)
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Print the summary table; returns it as a dict (also written with ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
