@@ -23,7 +23,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from agents import kernels
+from agents import kernels, sequence_kernels
 from agents.core import RecurrentCore, State
 from agents.encoder import Encoder, Inputs, dense_stack
 from agents.networks import NetworkConfig
@@ -95,7 +95,7 @@ class ActorCriticNetwork(keras.Model):
     def encode(self, inputs: Inputs | tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
         """History features: ``inputs`` leaves ``[B, T, ...]`` (or ``[B, T, F]``), ``first`` ``[B, T]``
         -> ``[B, T, U]`` and the final state."""
-        return self.core.unroll(self.encoder(inputs), state, first)
+        return sequence_kernels.unroll(self.core, self.encoder(inputs), state, first)
 
     def policy(self, h: tf.Tensor) -> tf.Tensor:
         """Deterministic action in ``[-1, 1]``: ``[B, T, U] -> [B, T, A]``."""

@@ -42,4 +42,7 @@ class CompiledStep:
             outputs = self._concrete(tensors)
         else:  # inputs in the order the function flattens its signature (tf.nest: sorted keys)
             outputs = call_flat(tf.nest.flatten(tensors), self._concrete.captured_inputs)
-        return {k: v.numpy() for k, v in outputs.items()}
+        result = {}
+        for key, value in outputs.items():
+            result[key] = value.numpy()
+        return result

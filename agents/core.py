@@ -8,17 +8,12 @@ state: the memoryless baseline.
 
 Two implementations share those weights:
 
-* :meth:`RecurrentCore.unroll` (TF, for the learner): the input projection of all time steps is one
-  large matmul, then the recurrence runs with the state zeroed wherever ``first`` marks an episode
-  start, so a sampled sequence never carries memory across episodes. The recurrence has three
-  implementations, equal to float32 round-off in values and gradients (tests/test_sequence_kernels.py,
-  tests/test_native.py); :mod:`agents.kernels` chooses one per network from ``network.backend``:
-
-  - ``native``: ``lstm`` only; one C++ op per direction (:mod:`agents.native`);
-  - ``graph``: ``lstm`` and ``gru`` (``reset_after``): the recurrence unrolled in the TF graph with a
-    hand-written gradient (:mod:`agents.sequence_kernels`). It needs a static length of at most
-    :data:`MAX_STATIC_STEPS`; an unroll of unknown or greater length runs ``scan``;
-  - ``scan``: every cell: the reference ``tf.scan`` over :meth:`_recur` with autodiff.
+* :func:`agents.sequence_kernels.unroll` (TF, for the learner): the input projection of all time
+  steps is one large matmul, then the recurrence runs with the state zeroed wherever ``first`` marks
+  an episode start, so a sampled sequence never carries memory across episodes. The recurrence has
+  three implementations (native, graph, scan), equal to float32 round-off in values and gradients
+  (tests/test_sequence_kernels.py, tests/test_native.py); :mod:`agents.kernels` chooses one per
+  network from ``network.backend`` and the core records it as ``recurrence``.
 * :func:`numpy_core_step` (numpy, for the actor): one step for a batch of envs with no framework
   dispatch (an acting step costs microseconds, so TF's per-call overhead would dominate).
 """
@@ -32,12 +27,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import sequence_kernels
 from agents.kernels import graph_supports
 
 CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
-# Longer sequences leave the graph kernel: it puts every step in the graph (trace time grows).
-MAX_STATIC_STEPS = 256
 State = tuple[tf.Tensor, ...]
 
 
@@ -47,7 +39,8 @@ def state_sizes(cell: str, units: int) -> tuple[int, ...]:
 
 
 class RecurrentCore(keras.layers.Layer):
-    """A recurrent (or memoryless) core mapping ``[B, T, F]`` inputs to ``[B, T, U]`` outputs."""
+    """The weights of a recurrent (or memoryless) core mapping ``[B, T, F]`` inputs to ``[B, T, U]``
+    outputs; :func:`agents.sequence_kernels.unroll` runs them in TF, :func:`numpy_core_step` in numpy."""
 
     def __init__(
         self, cell: str, units: int, reset_after: bool = True, recurrence: str = "scan", **kwargs
@@ -85,104 +78,6 @@ class RecurrentCore(keras.layers.Layer):
     def initial_state(self, batch_size: int) -> State:
         """Zeros: a tuple of ``[B, U]`` tensors."""
         return tuple(tf.zeros([batch_size, s]) for s in self.state_sizes)
-
-    def _project_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
-        """``[B, T, F] -> [B, T, G]`` (or time-major): every step's input projection in one matmul."""
-        if self.cell_kind == "mlp":
-            shape = tf.shape(inputs)
-            proj = self.cell(tf.reshape(inputs, [-1, inputs.shape[-1]]))
-            return tf.reshape(proj, tf.concat([shape[:2], [-1]], axis=0))
-        bias = self.cell.bias
-        if self.cell_kind == "gru" and self.reset_after:
-            bias = bias[0]
-        return sequence_kernels.project(inputs, self.cell.kernel, bias)
-
-    def _recur(self, x_t: tf.Tensor, state: State) -> State:
-        """One recurrence step from the projected input ``x_t`` ``[B, G]``; returns the new state."""
-        u = self.units
-        if self.cell_kind == "gru":
-            (h,) = state
-            rk = self.cell.recurrent_kernel
-            x_z, x_r, x_h = tf.split(x_t, 3, axis=1)
-            if self.reset_after:
-                rec = tf.matmul(h, rk) + self.cell.bias[1]
-                r_z, r_r, r_h = tf.split(rec, 3, axis=1)
-                z, r = tf.sigmoid(x_z + r_z), tf.sigmoid(x_r + r_r)
-                hh = tf.tanh(x_h + r * r_h)
-            else:
-                rec = tf.matmul(h, rk[:, : 2 * u])
-                z, r = tf.sigmoid(x_z + rec[:, :u]), tf.sigmoid(x_r + rec[:, u:])
-                hh = tf.tanh(x_h + tf.matmul(r * h, rk[:, 2 * u :]))
-            return (z * h + (1.0 - z) * hh,)
-        h, c = state
-        z = x_t + tf.matmul(h, self.cell.recurrent_kernel)
-        z_i, z_f, z_c, z_o = tf.split(z, 4, axis=1)
-        if self.cell_kind == "lstm_peephole":
-            z_i = z_i + self.peephole["i"] * c
-            z_f = z_f + self.peephole["f"] * c
-        c = tf.sigmoid(z_f) * c + tf.sigmoid(z_i) * tf.tanh(z_c)
-        if self.cell_kind == "lstm_peephole":
-            z_o = z_o + self.peephole["o"] * c
-        return (tf.sigmoid(z_o) * tf.tanh(c), c)
-
-    def unroll(self, inputs: tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
-        """Run the core over a sequence.
-
-        Args:
-            inputs: ``[B, T, F]``.
-            state: tuple of ``[B, U]``, the state before step 0.
-            first: ``[B, T]`` float, 1 where an episode starts: the state is zeroed before that step.
-
-        Returns:
-            outputs ``[B, T, U]`` and the state after the last step.
-        """
-        path = self.recurrence_for(inputs)
-        if path in ("native", "graph"):
-            return self._unroll_fused(inputs, state, first, native=path == "native")
-        proj = self._project_inputs(inputs)
-        if path == "none":
-            return proj, ()
-        return self._unroll_scan(proj, tf.transpose(1.0 - first)[:, :, None], state)
-
-    def recurrence_for(self, inputs: tf.Tensor | tf.TensorSpec) -> str:
-        """What an unroll of ``inputs`` ``[B, T, F]`` runs: the chosen :attr:`recurrence`, except that
-        the graph kernel needs a static ``T`` of at most :data:`MAX_STATIC_STEPS` (else ``scan``)."""
-        steps = inputs.shape[1]
-        if self.recurrence == "graph" and not (steps is not None and 0 < steps <= MAX_STATIC_STEPS):
-            return "scan"
-        return self.recurrence
-
-    def _unroll_fused(
-        self, inputs: tf.Tensor, state: State, first: tf.Tensor, native: bool = False
-    ) -> tuple[tf.Tensor, State]:
-        """:mod:`agents.sequence_kernels` kernels (``native``: the C++ LSTM ops of :mod:`agents.native`, which
-        read batch-major tensors in place); the graph kernels run time-major inside (the narrow
-        inputs are transposed)."""
-        rk = tf.convert_to_tensor(self.cell.recurrent_kernel)
-        if self.cell_kind == "lstm":
-            kernel, bias = (tf.convert_to_tensor(w) for w in (self.cell.kernel, self.cell.bias))
-            keep = 1.0 - first  # the kernels take its complement: 0 where the state is zeroed
-            hs, h, c = sequence_kernels.lstm_sequence(inputs, kernel, bias, keep, *state, rk, native=native)
-            return hs, (h, c)
-        proj = self._project_inputs(tf.transpose(inputs, [1, 0, 2]))  # [T, B, G]
-        keep = tf.transpose(1.0 - first)[:, :, None]  # [T, B, 1]
-        rb = tf.convert_to_tensor(self.cell.bias)[1]
-        hs, h = sequence_kernels.gru_sequence(proj, keep, state[0], rk, rb)
-        return hs, (h,)
-
-    def _unroll_scan(self, proj: tf.Tensor, keep: tf.Tensor, state: State) -> tuple[tf.Tensor, State]:
-        """The reference path: ``_recur`` under ``tf.scan``, autodiff for the gradient.
-
-        ``proj`` ``[B, T, G]``, ``keep`` ``[T, B, 1]``.
-        """
-
-        def body(carry: State, step: tuple[tf.Tensor, tf.Tensor]) -> State:
-            x_t, keep_t = step
-            return self._recur(x_t, tuple(s * keep_t for s in carry))
-
-        states = tf.scan(body, (tf.transpose(proj, [1, 0, 2]), keep), initializer=tuple(state))
-        outputs = tf.transpose(states[0], [1, 0, 2])
-        return outputs, tuple(s[-1] for s in states)
 
 
 def core_weights(core: RecurrentCore) -> dict[str, np.ndarray]:

@@ -240,6 +240,14 @@ class Encoder(keras.layers.Layer):
             x = layer(x)
         return x
 
+    def spans(self, inputs: Inputs | tf.Tensor, spans: list[tuple[int, int]]) -> list[tf.Tensor]:
+        """Steps ``[a, b)`` of leaves ``[B, L, ...]`` for each span, each encoded on its own:
+        ``[B, b - a, H]``. A span whose outputs take no gradient (R2D2's burn-in and n-step tail)
+        then adds no work to the backward pass."""
+        if not isinstance(inputs, dict):
+            inputs = {"obs": inputs}
+        return [self({k: v[:, a:b] for k, v in inputs.items()}) for a, b in spans]
+
 
 class NumpyEncoder:
     """:class:`Encoder` in numpy, one step for a batch of envs: leaves ``[B, *shape]`` and extras

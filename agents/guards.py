@@ -1,5 +1,5 @@
-"""Run guards: a clean stop on SIGTERM/SIGINT, and non-finite learner metrics (the env side is
-:func:`envs.describe_non_finite`)."""
+"""Run guards: a clean stop on SIGTERM/SIGINT, and the error a non-finite run stops with (the checks:
+:func:`envs.describe_non_finite` for the env, :func:`agents.metrics.nonfinite_metrics` for the learner)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import logging
 import signal
 import threading
 from types import FrameType
-
-import numpy as np
 
 log = logging.getLogger("recurrl")
 
@@ -45,11 +43,3 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
-
-
-def nonfinite_metrics(metrics: dict[str, np.ndarray]) -> str | None:
-    """One line naming the first NaN/Inf scalar of a learner step's metrics (loss, grad_norm, ...)."""
-    for key, value in metrics.items():
-        if np.ndim(value) == 0 and not np.isfinite(value):
-            return f"non-finite learner {key} ({float(value)})"
-    return None

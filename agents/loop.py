@@ -27,8 +27,8 @@ from agents.actor import Policy, evaluate
 from agents.agent import Learner, lookup
 from agents.checkpoint import Checkpointer, is_run_dir
 from agents.config import Config, TrainConfig, validate, validate_for_env
-from agents.guards import NonFiniteError, StopSignals, nonfinite_metrics
-from agents.metrics import LearnerLog, MetricsWriter, read_progress, rewind
+from agents.guards import NonFiniteError, StopSignals
+from agents.metrics import LearnerLog, MetricsWriter, nonfinite_metrics, read_progress, rewind
 from agents.normalizer import ObsNormalizer
 from agents.policies import with_weights_of
 from agents.replay import SequenceReplay
@@ -242,12 +242,12 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
                 run.normalizer.push(learner.networks())
             while counters.update_budget >= 1.0:
                 metrics = learner.step(replay.sample(config.agent.batch_size, counters.updates))
+                learner.sync_policy(run.policy)  # the mirror copies the weights before it next acts
                 bad = nonfinite_metrics(metrics)
                 if bad:
                     _stop_nonfinite(run, evals, started, bad)
                 if replay.priorities is not None:  # rdqn's TD errors [B, T] set the new priorities
                     replay.update_priorities(metrics["td_error"], metrics["mask"])
-                learner.sync_policy(run.policy)
                 counters.update_budget -= 1.0
                 counters.updates += 1
                 log_.add(metrics)

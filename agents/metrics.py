@@ -138,6 +138,14 @@ class MetricsWriter:
         self.writer.close()
 
 
+def nonfinite_metrics(metrics: dict[str, np.ndarray]) -> str | None:
+    """One line naming the first NaN/Inf scalar of a learner step's metrics (loss, grad_norm, ...)."""
+    for key, value in metrics.items():
+        if np.ndim(value) == 0 and not np.isfinite(value):
+            return f"non-finite learner {key} ({float(value)})"
+    return None
+
+
 class LearnerLog:
     """Averages a learner's scalar metrics and pools its TD errors ``[B, T]`` between writes."""
 

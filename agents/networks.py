@@ -7,13 +7,14 @@ critic (input ``[obs, action]``, head ``[1]``). Training unrolls it over ``[B, T
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import kernels
+from agents import kernels, sequence_kernels
 from agents.core import CELLS, RecurrentCore, State, core_weights, numpy_core_step
 from agents.encoder import Encoder, Inputs, NumpyEncoder, dense_stack, numpy_dense_relu, numpy_dense_relu_step
 from agents.torso import CNN_PRESETS
@@ -154,14 +155,38 @@ class RecurrentNetwork(keras.Model):
     def unroll(self, inputs: Inputs | tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
         """``inputs`` leaves ``[B, T, ...]`` (a tensor ``[B, T, F]`` for one flat leaf), ``state``
         tuple of ``[B, U]``, ``first`` ``[B, T]`` -> ``[B, T, O]`` and the final state."""
-        x, final_state = self.core.unroll(self.encoder(inputs), state, first)
-        for layer in self.post:
-            x = layer(x)
-        if self.value_head is None:
-            return self.head(x), final_state
-        advantage = self.head(x)  # [B, T, A]: mean removed, so value and advantage are identifiable
-        q = self.value_head(x) + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
-        return q, final_state
+        outputs, final_state = self.unroll_segments(inputs, state, first, ())
+        return outputs[0], final_state
+
+    def unroll_segments(
+        self, inputs: Inputs | tf.Tensor, state: State, first: tf.Tensor, bounds: Sequence[int]
+    ) -> tuple[list[tf.Tensor | None], State]:
+        """One sequence ``[B, L, ...]`` cut at ``bounds`` into segments ``[0, b_1), [b_1, b_2), ...,
+        [b_k, L)``, unrolled in order; each segment starts from the one before's final state with
+        the gradient stopped there (R2D2: burn-in | trace | n-step tail, where only the trace is
+        trained). Each segment is encoded on its own, so a segment with no gradient adds no
+        backward work. Returns each segment's outputs ``[B, T_i, O]`` (``None`` for an empty
+        segment) and the final state."""
+        edges = [0, *bounds, tf.nest.flatten(inputs)[0].shape[1]]  # L may be None without bounds
+        spans = list(zip(edges[:-1], edges[1:], strict=True))
+        live = [i for i, (a, b) in enumerate(spans) if b is None or b > a]
+        if bounds:
+            firsts = [first[:, spans[i][0] : spans[i][1]] for i in live]
+            xs = self.encoder.spans(inputs, [spans[i] for i in live])
+        else:
+            firsts, xs = [first], [self.encoder(inputs)]
+        hs, final_state = sequence_kernels.unroll_segments(self.core, xs, state, firsts)
+        outputs: list[tf.Tensor | None] = [None] * len(spans)
+        for i, x in zip(live, hs, strict=True):
+            for layer in self.post:
+                x = layer(x)
+            if self.value_head is None:
+                outputs[i] = self.head(x)
+            else:  # advantage mean removed, so value and advantage are identifiable
+                advantage = self.head(x)  # [B, T, A]
+                mean = tf.reduce_mean(advantage, axis=-1, keepdims=True)
+                outputs[i] = self.value_head(x) + advantage - mean
+        return outputs, final_state
 
     def call(self, inputs: Inputs | tf.Tensor) -> tf.Tensor:
         """Keras entry point: unroll from a zero state with no resets; ``[B, T, ...] -> [B, T, O]``."""

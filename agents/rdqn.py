@@ -56,6 +56,9 @@ class RDQNConfig:
     # lr_end (later updates move the weights less); null = constant lr.
     lr_end: float | None = None
     lr_decay_updates: int = 25_000
+    # Adam's epsilon. Keras' default 1e-7 lets Adam take full lr-sized steps even when the TD
+    # errors (and so the gradients) are tiny; R2D2 uses 1e-3, which damps those steps.
+    adam_epsilon: float = 1e-7
     # Sequences per update.
     batch_size: int = 32
     # EMA rate of the target network, in (0, 1]; 1 with a period gives hard copies.
@@ -97,6 +100,8 @@ class RDQNConfig:
         check(self.huber_delta > 0, "agent.huber_delta", self.huber_delta, "> 0")
         if self.lr_end is not None:
             check(finite(self.lr_end) and self.lr_end > 0, "agent.lr_end", self.lr_end, "> 0 or null")
+        eps = self.adam_epsilon
+        check(finite(eps) and eps > 0, "agent.adam_epsilon", eps, "> 0")
         check(self.lr_decay_updates >= 1, "agent.lr_decay_updates", self.lr_decay_updates, "integers >= 1")
         alpha = self.advantage_learning
         check(finite(alpha) and 0 <= alpha < 1, "agent.advantage_learning", alpha, "[0, 1)")
@@ -169,7 +174,7 @@ class RDQNLearner:
         lr = config.lr
         if config.lr_end is not None:  # evaluated at the optimizer's iterations (checkpointed)
             lr = keras.optimizers.schedules.PolynomialDecay(config.lr, config.lr_decay_updates, config.lr_end)
-        self.optimizer = FusedAdam(learning_rate=lr)
+        self.optimizer = FusedAdam(learning_rate=lr, epsilon=config.adam_epsilon)
         self.optimizer.build(self.online_q.trainable_variables)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.state_dim = sum(self.online_q.state_sizes)
@@ -282,21 +287,21 @@ class RDQNLearner:
         obs, first = {k: batch[k] for k in self.input_keys}, batch["first"]
         state = split_state(batch["state"], self.online_q.state_sizes)
         q_target, _ = self.target_q.unroll(obs, state, first)  # [B, L, A]
-        if bi > 0:  # R2D2 burn-in: warm the online state, no gradient
-            _, state = self.online_q.unroll(time_slice(obs, 0, bi), state, first[:, :bi])
-            state = tf.nest.map_structure(tf.stop_gradient, state)
         variables = self.online_q.trainable_variables
         with tf.GradientTape() as tape:
-            q_trace, state = self.online_q.unroll(time_slice(obs, bi, bi + tl), state, first[:, bi : bi + tl])
+            # R2D2 in one unroll: the burn-in warms the stored state; the trace is trained; the last
+            # n_step rows, unrolled on from the trace's final state, only pick the double-Q
+            # bootstrap action (an argmax: no gradient). The state is stopped between the segments,
+            # so no backward runs over the burn-in or the tail.
+            stop = None if cfg.double_q else bi + tl  # without double Q no tail is needed
+            segments, _ = self.online_q.unroll_segments(
+                time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl)
+            )
+            q_trace, q_tail = segments[1], segments[2]
             action = batch["action"][:, bi : bi + tl]
             q_taken = tf.gather(q_trace, action, batch_dims=2)  # [B, T]
             # Bootstrap value V(s_j): double DQN scores the online argmax with the target net.
             if cfg.double_q:
-                # The last n_step rows only pick the bootstrap action (an argmax: no gradient), so
-                # they are unrolled from the trace's stopped final state and no backward runs there.
-                with tape.stop_recording():
-                    state = tf.nest.map_structure(tf.stop_gradient, state)
-                    q_tail, _ = self.online_q.unroll(time_slice(obs, bi + tl), state, first[:, bi + tl :])
                 q_online = tf.concat([q_trace, q_tail], axis=1)  # [B, T+n, A]
                 greedy = tf.argmax(q_online, axis=-1, output_type=tf.int32)
                 value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)

@@ -1,4 +1,14 @@
-"""Fused LSTM / GRU sequence kernels with a hand-written gradient, for the learner's unrolls.
+"""The learner's recurrence in TF: a :class:`agents.core.RecurrentCore`'s weights run over sequences.
+
+:func:`unroll` (and :func:`unroll_segments`, for R2D2's burn-in / trace / n-step tail in one call)
+runs the implementation the network chose once at build time (:mod:`agents.kernels`):
+
+- ``native``: ``lstm`` only; one C++ op per direction (:mod:`agents.native`);
+- ``graph``: ``lstm`` and ``gru`` (``reset_after``): the fused kernels below, the recurrence unrolled
+  in the TF graph with a hand-written gradient. It needs a static length of at most
+  :data:`MAX_STATIC_STEPS`; an unroll of unknown or greater length runs ``scan``;
+- ``scan``: every cell: the reference ``tf.scan`` over :func:`cell_step` with autodiff;
+- ``none``: the memoryless ``mlp`` core, one dense layer over every step.
 
 Autodiff through a step-by-step recurrence replays every small op of every step and accumulates the
 recurrent-kernel gradient with one ``[U, G]`` matmul per step. Here the backward pass runs a loop
@@ -26,15 +36,151 @@ gradient work, and the factors run beside the backward loop. ``U^T`` for the bac
 materialised as a 3-D transpose (:func:`_transpose`): Grappler folds a plain 2-D transpose into the
 matmul's ``transpose_b``, which oneDNN runs slower than a plain matmul at these shapes.
 
-Both kernels equal the reference recurrence (:meth:`agents.core.RecurrentCore._unroll_scan`,
-``tf.scan`` plus autodiff) to float32 round-off in outputs and gradients (tests/test_sequence_kernels.py).
+Both kernels equal the reference recurrence (``scan``: :func:`cell_step` under ``tf.scan``
+plus autodiff) to float32 round-off in outputs and gradients (tests/test_sequence_kernels.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import tensorflow as tf
 
 from agents import native as native_ops
+
+if TYPE_CHECKING:
+    from agents.core import RecurrentCore
+
+State = tuple[tf.Tensor, ...]
+# Longer sequences leave the graph kernel: it puts every step in the graph (trace time grows).
+MAX_STATIC_STEPS = 256
+
+
+def unroll(core: RecurrentCore, inputs: tf.Tensor, state: State, first: tf.Tensor) -> tuple[tf.Tensor, State]:
+    """Run ``core``'s weights over a sequence with the recurrence its network chose.
+
+    Args:
+        core: the :class:`agents.core.RecurrentCore` whose weights run.
+        inputs: ``[B, T, F]``.
+        state: tuple of ``[B, U]``, the state before step 0.
+        first: ``[B, T]`` float, 1 where an episode starts: the state is zeroed before that step.
+
+    Returns:
+        outputs ``[B, T, U]`` and the state after the last step.
+    """
+    outputs, final = unroll_segments(core, [inputs], state, [first])
+    return outputs[0], final
+
+
+def unroll_segments(
+    core: RecurrentCore, inputs: Sequence[tf.Tensor], state: State, first: Sequence[tf.Tensor]
+) -> tuple[list[tf.Tensor], State]:
+    """Consecutive segments of one sequence (``inputs[k]`` ``[B, T_k, F]``, ``first[k]``
+    ``[B, T_k]``): segment ``k`` starts from segment ``k - 1``'s final state with its gradient
+    stopped, so no gradient runs back from one segment into the one before (R2D2's burn-in, trace
+    and n-step tail). Returns each segment's outputs ``[B, T_k, U]`` and the final state."""
+    outputs = []
+    for k, (x, f) in enumerate(zip(inputs, first, strict=True)):
+        if k:
+            state = tuple(tf.stop_gradient(s) for s in state)
+        path = recurrence_for(core, x)
+        if path in ("native", "graph"):
+            h, state = _unroll_fused(core, x, state, f, native=path == "native")
+        elif path == "none":
+            h, state = _project_inputs(core, x), ()
+        else:
+            h, state = _unroll_scan(core, _project_inputs(core, x), tf.transpose(1.0 - f)[:, :, None], state)
+        outputs.append(h)
+    return outputs, state
+
+
+def recurrence_for(core: RecurrentCore, inputs: tf.Tensor | tf.TensorSpec) -> str:
+    """What an unroll of ``inputs`` ``[B, T, F]`` runs: the core's chosen ``recurrence``, except that
+    the graph kernel needs a static ``T`` of at most :data:`MAX_STATIC_STEPS` (else ``scan``)."""
+    steps = inputs.shape[1]
+    if core.recurrence == "graph" and not (steps is not None and 0 < steps <= MAX_STATIC_STEPS):
+        return "scan"
+    return core.recurrence
+
+
+def _unroll_fused(
+    core: RecurrentCore, inputs: tf.Tensor, state: State, first: tf.Tensor, native: bool = False
+) -> tuple[tf.Tensor, State]:
+    """The fused kernels below (``native``: the C++ LSTM ops of :mod:`agents.native`, which read
+    batch-major tensors in place); the graph kernels run time-major inside (the narrow inputs are
+    transposed)."""
+    cell = core.cell
+    rk = tf.convert_to_tensor(cell.recurrent_kernel)
+    if core.cell_kind == "lstm":
+        kernel, bias = tf.convert_to_tensor(cell.kernel), tf.convert_to_tensor(cell.bias)
+        keep = 1.0 - first  # the kernels take its complement: 0 where the state is zeroed
+        hs, h, c = lstm_sequence(inputs, kernel, bias, keep, *state, rk, native=native)
+        return hs, (h, c)
+    proj = _project_inputs(core, tf.transpose(inputs, [1, 0, 2]))  # [T, B, G]
+    keep = tf.transpose(1.0 - first)[:, :, None]  # [T, B, 1]
+    rb = tf.convert_to_tensor(cell.bias)[1]
+    hs, h = gru_sequence(proj, keep, state[0], rk, rb)
+    return hs, (h,)
+
+
+def _project_inputs(core: RecurrentCore, inputs: tf.Tensor) -> tf.Tensor:
+    """``[B, T, F] -> [B, T, G]`` (or time-major): every step's input projection in one matmul."""
+    if core.cell_kind == "mlp":
+        shape = tf.shape(inputs)
+        proj = core.cell(tf.reshape(inputs, [-1, inputs.shape[-1]]))
+        return tf.reshape(proj, tf.concat([shape[:2], [-1]], axis=0))
+    bias = core.cell.bias
+    if core.cell_kind == "gru" and core.reset_after:
+        bias = bias[0]
+    return project(inputs, core.cell.kernel, bias)
+
+
+def _unroll_scan(
+    core: RecurrentCore, proj: tf.Tensor, keep: tf.Tensor, state: State
+) -> tuple[tf.Tensor, State]:
+    """The reference path: :func:`cell_step` under ``tf.scan``, autodiff for the gradient.
+
+    ``proj`` ``[B, T, G]``, ``keep`` ``[T, B, 1]``.
+    """
+
+    def body(carry: State, step: tuple[tf.Tensor, tf.Tensor]) -> State:
+        x_t, keep_t = step
+        return cell_step(core, x_t, tuple(s * keep_t for s in carry))
+
+    states = tf.scan(body, (tf.transpose(proj, [1, 0, 2]), keep), initializer=tuple(state))
+    outputs = tf.transpose(states[0], [1, 0, 2])
+    return outputs, tuple(s[-1] for s in states)
+
+
+def cell_step(core: RecurrentCore, x_t: tf.Tensor, state: State) -> State:
+    """One recurrence step of any cell from the projected input ``x_t`` ``[B, G]``; returns the new
+    state (the reference the fused kernels are tested against)."""
+    u, cell = core.units, core.cell
+    if core.cell_kind == "gru":
+        (h,) = state
+        rk = cell.recurrent_kernel
+        x_z, x_r, x_h = tf.split(x_t, 3, axis=1)
+        if core.reset_after:
+            rec = tf.matmul(h, rk) + cell.bias[1]
+            r_z, r_r, r_h = tf.split(rec, 3, axis=1)
+            z, r = tf.sigmoid(x_z + r_z), tf.sigmoid(x_r + r_r)
+            hh = tf.tanh(x_h + r * r_h)
+        else:
+            rec = tf.matmul(h, rk[:, : 2 * u])
+            z, r = tf.sigmoid(x_z + rec[:, :u]), tf.sigmoid(x_r + rec[:, u:])
+            hh = tf.tanh(x_h + tf.matmul(r * h, rk[:, 2 * u :]))
+        return (z * h + (1.0 - z) * hh,)
+    h, c = state
+    z = x_t + tf.matmul(h, cell.recurrent_kernel)
+    z_i, z_f, z_c, z_o = tf.split(z, 4, axis=1)
+    if core.cell_kind == "lstm_peephole":
+        z_i = z_i + core.peephole["i"] * c
+        z_f = z_f + core.peephole["f"] * c
+    c = tf.sigmoid(z_f) * c + tf.sigmoid(z_i) * tf.tanh(z_c)
+    if core.cell_kind == "lstm_peephole":
+        z_o = z_o + core.peephole["o"] * c
+    return (tf.sigmoid(z_o) * tf.tanh(c), c)
 
 
 def lstm_sequence(

@@ -36,7 +36,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from agents import core
+from agents import core, sequence_kernels
 from agents.config import Config
 from agents.loop import Counters, build_agent
 from agents.replay import SequenceReplay
@@ -248,7 +248,7 @@ def learner_row(
 ) -> dict:
     """Updates/s of one learner shape, with GEMM rate (and reference paths) in interleaved rounds."""
     config, spec, learner, batch, compile_s = _build_learner(compose, overrides, None, seed)
-    kernel = learner.networks()[0].core.recurrence_for(tf.zeros([1, learner.seq_len, 1]))
+    kernel = sequence_kernels.recurrence_for(learner.networks()[0].core, tf.zeros([1, learner.seq_len, 1]))
     cases = {"fast": lambda: learner.step(batch)}
     if compare:
         ref = _build_learner(compose, overrides, "scan", seed)

@@ -199,11 +199,12 @@ def test_without_a_compiler_auto_falls_back_and_native_is_refused(tmp_path: Path
     (tmp_path / "tmp").mkdir()
     code = (
         "import tensorflow as tf\n"
+        "from agents import sequence_kernels\n"
         "from agents.networks import NetworkConfig, RecurrentNetwork\n"
         "cfg = NetworkConfig(units=4, layer_norm=True, post_layers=[4])\n"
         "net = RecurrentNetwork(cfg, 3, 2, name='q')\n"
         "RecurrentNetwork(cfg, 3, 2, name='target_q')\n"
-        "k, path = net.kernels, net.core.recurrence_for(tf.zeros([2, 5, 3]))\n"
+        "k, path = net.kernels, sequence_kernels.recurrence_for(net.core, tf.zeros([2, 5, 3]))\n"
         "print('kernels', k.recurrence, k.dense, path)\n"
         "print('dense native', [layer.native for layer in net.encoder.pre + net.post])\n"
     )

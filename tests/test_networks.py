@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from agents import sequence_kernels
 from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork, flat_state, split_state
 
 CASES = [("lstm", True), ("gru", True), ("gru", False), ("lstm_peephole", True), ("mlp", True)]
@@ -90,7 +91,7 @@ def test_core_matches_keras_layer(cell: str, reset_after: bool) -> None:
     cfg = NetworkConfig(cell=cell, units=6, pre_layers=[], reset_after=reset_after)
     net = RecurrentNetwork(cfg, F, A, name="online_q")
     x, _ = _inputs()
-    ours, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.zeros([B, T]))
+    ours, _ = sequence_kernels.unroll(net.core, tf.constant(x), net.initial_state(B), tf.zeros([B, T]))
     if cell == "lstm":
         layer = keras.layers.LSTM(6, return_sequences=True)
     else:
@@ -124,7 +125,9 @@ def test_trained_core_weights_load_into_keras(cell: str, backend: str) -> None:
     optimizer = keras.optimizers.Adam(0.05)
     for _ in range(3):
         with tf.GradientTape() as tape:
-            out, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.constant(first))
+            out, _ = sequence_kernels.unroll(
+                net.core, tf.constant(x), net.initial_state(B), tf.constant(first)
+            )
             loss = tf.reduce_mean((out - target) ** 2)
         optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
     assert all(not np.allclose(a, np.asarray(w)) for a, w in zip(before, weights, strict=True))
@@ -132,7 +135,7 @@ def test_trained_core_weights_load_into_keras(cell: str, backend: str) -> None:
     layer = layer_cls(6, return_sequences=True)
     layer.build((None, T, F))
     layer.set_weights([np.asarray(w) for w in weights])
-    ours, _ = net.core.unroll(tf.constant(x), net.initial_state(B), tf.zeros([B, T]))
+    ours, _ = sequence_kernels.unroll(net.core, tf.constant(x), net.initial_state(B), tf.zeros([B, T]))
     np.testing.assert_allclose(ours, layer(x), atol=1e-5)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from agents import sequence_kernels
 from agents.config import Config
 from agents.loop import Counters, build_agent
 from agents.networks import NetworkConfig, NumpyNetwork, RecurrentNetwork
@@ -49,7 +50,7 @@ def test_dueling_head_removes_the_advantage_mean_and_mirrors_in_numpy() -> None:
     x = tf.random.stateless_normal([2, 5, 3], seed=[1, 2])
     q, _ = net.unroll(x, net.initial_state(2), tf.zeros([2, 5]))
     assert q.shape == (2, 5, 4)
-    h, _ = net.core.unroll(net.encoder(x), net.initial_state(2), tf.zeros([2, 5]))
+    h, _ = sequence_kernels.unroll(net.core, net.encoder(x), net.initial_state(2), tf.zeros([2, 5]))
     value = net.value_head(h)  # [B, T, 1]
     np.testing.assert_allclose(tf.reduce_mean(q, axis=-1, keepdims=True), value, atol=1e-5)
     mirror = NumpyNetwork(net)
@@ -99,6 +100,26 @@ def test_learning_rate_anneals_linearly_then_holds() -> None:
     np.testing.assert_allclose(seen, [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4, 1e-4], rtol=1e-5)
     with pytest.raises(ConfigError, match=r"agent.lr_end"):
         RDQNConfig(lr_end=0.0).validate()
+
+
+def test_adam_epsilon_damps_the_steps_of_small_gradients() -> None:
+    """Adam's first step moves every weight with a gradient by about lr when epsilon is tiny; a
+    large epsilon scales the step by |g| / epsilon instead."""
+    net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
+    moved, start = {}, None
+    for eps in (1e-7, 10.0):
+        learner = RDQNLearner(RDQNConfig(batch_size=4, n_step=2, lr=1e-3, adam_epsilon=eps), net, 3, 2, 1, 3)
+        if start is None:
+            start = learner.online_q.get_weights()
+        learner.online_q.set_weights(start)  # both learners start from the same weights
+        learner.step(rdqn_batch(learner, 4, 3, 2, seed=5))
+        after = learner.online_q.get_weights()
+        moved[eps] = max(float(np.abs(a - b).max()) for a, b in zip(after, start, strict=True))
+    assert learner.optimizer.epsilon == 10.0
+    np.testing.assert_allclose(moved[1e-7], 1e-3, rtol=1e-2)
+    assert moved[10.0] < 0.1 * moved[1e-7]
+    with pytest.raises(ConfigError, match=r"agent.adam_epsilon"):
+        RDQNConfig(adam_epsilon=0.0).validate()
 
 
 def test_importance_weights_scale_each_sequence_loss() -> None:

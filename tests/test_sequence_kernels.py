@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents import core, kernels, native
+from agents import kernels, native, sequence_kernels
 from agents.networks import NetworkConfig, RecurrentNetwork
 from agents.rdqn import RDQNConfig, RDQNLearner
 
@@ -60,7 +60,7 @@ def _values_and_grads(net, x, first, state, weights, compiled: bool) -> list[np.
 def test_fused_equals_reference_in_values_and_gradients(cell: str, name: str, compiled: bool) -> None:
     net, x, first, state, weights = _case(cell)
     with kernel(net, name):
-        assert net.core.recurrence_for(x) == name
+        assert sequence_kernels.recurrence_for(net.core, x) == name
         fast = _values_and_grads(net, x, first, state, weights, compiled)
     with kernel(net, "scan"):
         ref = _values_and_grads(net, x, first, state, weights, compiled)
@@ -109,9 +109,10 @@ def test_graph_kernel_needs_a_static_length() -> None:
     net = RecurrentNetwork(
         NetworkConfig(cell="lstm", units=4, pre_layers=[], backend="graph"), F, A, name="q"
     )
-    assert net.core.recurrence_for(tf.zeros([B, T, F])) == "graph"
-    assert net.core.recurrence_for(tf.zeros([B, core.MAX_STATIC_STEPS + 1, F])) == "scan"
-    assert net.core.recurrence_for(tf.TensorSpec([B, None, F])) == "scan"
+    assert sequence_kernels.recurrence_for(net.core, tf.zeros([B, T, F])) == "graph"
+    too_long = tf.zeros([B, sequence_kernels.MAX_STATIC_STEPS + 1, F])
+    assert sequence_kernels.recurrence_for(net.core, too_long) == "scan"
+    assert sequence_kernels.recurrence_for(net.core, tf.TensorSpec([B, None, F])) == "scan"
 
     @tf.function(input_signature=[tf.TensorSpec([B, None, F])])
     def dynamic(x):
@@ -124,8 +125,8 @@ def test_graph_kernel_needs_a_static_length() -> None:
 @pytest.mark.native
 def test_auto_runs_the_native_ops_where_they_load() -> None:
     net = RecurrentNetwork(NetworkConfig(cell="lstm", units=4, pre_layers=[]), F, A, name="q")
-    long = tf.zeros([B, core.MAX_STATIC_STEPS + 1, F])
-    assert net.kernels.recurrence == net.core.recurrence_for(long) == "native"  # any length
+    long = tf.zeros([B, sequence_kernels.MAX_STATIC_STEPS + 1, F])
+    assert net.kernels.recurrence == sequence_kernels.recurrence_for(net.core, long) == "native"  # any length
     graph = tf.function(net.call).get_concrete_function(tf.TensorSpec([B, T, F])).graph
     assert "RecurrlLstmForward" in {op.type for op in graph.get_operations()}
 
@@ -178,34 +179,45 @@ def test_backward_transpose_is_materialised_and_exact() -> None:
 
 
 @pytest.mark.parametrize("name", [pytest.param("native", marks=pytest.mark.native), "graph", "scan"])
-def test_tail_without_backward_gives_the_same_gradients(name: str) -> None:
-    """rdqn's split unroll: gradients through the trace equal those of one unroll over trace + tail.
-
-    The tail (the last n_step rows) only feeds an argmax, so unrolling it from the trace's stopped
-    final state, outside the tape, changes neither values nor gradients.
-    """
+def test_segments_give_the_values_and_gradients_of_one_unroll(name: str) -> None:
+    """rdqn's unroll in segments (burn-in | trace | n-step tail): the same values as one unroll over
+    the whole sequence, and the gradients of a loss on the trace equal those of one unroll of trace
+    and tail from the burn-in's stopped final state. The tail only feeds an argmax, so stopping the
+    state before it changes nothing either."""
     net, x, first, state, weights = _case("lstm")
-    trace = 5  # of T = 7 steps; first[2, 6] = 1 falls in the tail
+    burn, trace = 2, 3  # of T = 7 steps; first[2, 6] = 1 falls in the tail
 
-    def split_and_whole():
+    def segments_and_whole():
         with tf.GradientTape(persistent=True) as tape:
-            q_trace, final = net.unroll(x[:, :trace], state, first[:, :trace])
-            with tape.stop_recording():
-                q_tail, _ = net.unroll(
-                    x[:, trace:], tuple(tf.stop_gradient(s) for s in final), first[:, trace:]
-                )
+            (_, q_trace, q_tail), _ = net.unroll_segments(x, state, first, (burn, burn + trace))
             q_split = tf.concat([q_trace, q_tail], axis=1)
-            q_whole, _ = net.unroll(x, state, first)
-            # A loss on the trace rows plus an argmax over all rows (no gradient), as in rdqn.
+            _, warm = net.unroll(x[:, :burn], state, first[:, :burn])
+            warm = tuple(tf.stop_gradient(s) for s in warm)
+            q_whole, _ = net.unroll(x[:, burn:], warm, first[:, burn:])
+            # A loss on the trace rows plus an argmax over trace and tail (no gradient), as in rdqn.
             greedy = tf.cast(tf.argmax(q_split, axis=-1), tf.float32)
-            loss_split = tf.reduce_sum(q_trace * weights[:, :trace]) + tf.reduce_sum(greedy)
-            loss_whole = tf.reduce_sum(q_whole[:, :trace] * weights[:, :trace])
+            w = weights[:, burn : burn + trace]
+            loss_split = tf.reduce_sum(q_trace * w) + tf.reduce_sum(greedy)
+            loss_whole = tf.reduce_sum(q_whole[:, :trace] * w)
         split = tape.gradient(loss_split, net.trainable_variables)
         whole = tape.gradient(loss_whole, net.trainable_variables)
         return q_split, q_whole, split, whole
 
     with kernel(net, name):
-        q_split, q_whole, split, whole = tf.function(split_and_whole)()
+        q_split, q_whole, split, whole = tf.function(segments_and_whole)()
+        full, _ = net.unroll(x, state, first)
     np.testing.assert_allclose(q_split, q_whole, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(q_split, full[:, burn:], rtol=1e-5, atol=2e-6)
     for a, b in zip(split, whole, strict=True):
+        assert np.abs(a).max() > 0
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
+
+
+def test_empty_segments_are_none() -> None:
+    """No burn-in: the first segment is empty and comes back as None; the others keep their rows."""
+    net, x, first, state, _ = _case("lstm")
+    (none, q_trace, q_tail), final = net.unroll_segments(x, state, first, (0, 4))
+    whole, whole_final = net.unroll(x, state, first)
+    assert none is None and q_trace.shape[1] == 4 and q_tail.shape[1] == x.shape[1] - 4
+    np.testing.assert_allclose(tf.concat([q_trace, q_tail], axis=1), whole, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(final[0], whole_final[0], rtol=1e-5, atol=2e-6)
