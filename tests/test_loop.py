@@ -119,3 +119,77 @@ def test_nonfinite_loss_stops_before_a_checkpoint(tiny_config: Config, monkeypat
     with pytest.raises(NonFiniteError, match=r"^non-finite learner loss \(nan\) at env step 336;"):
         train(tiny_config)
     assert Checkpointer(Path(tiny_config.run_dir)).complete_steps() == [200]
+
+
+def _update_paths(config: Config, monkeypatch) -> list[list[str]]:
+    """The project files one rdqn update passes through, from ``replay.sample`` to the TensorBoard
+    write of its TD errors, in call order with repeats of the same file merged: for the first
+    update (the step is traced: the model code runs in Python) and for the 30th (compiled)."""
+    import sys
+
+    from agents import metrics, replay
+
+    root = str(Path(__file__).resolve().parents[1]) + "/"
+    paths: list[list[str]] = []
+    current: list[str] = []
+
+    def profile(frame, event, arg) -> None:
+        name = frame.f_code.co_filename
+        if event == "call" and name.startswith(root) and "/.venv/" not in name and "/tests/" not in name:
+            rel = name[len(root) :]
+            if not current or current[-1] != rel:
+                current.append(rel)
+
+    sample, write = replay.SequenceReplay.sample, metrics.MetricsWriter.learner
+    calls = {"n": 0}
+
+    def traced_sample(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] in (1, 30):
+            current.clear()
+            sys.setprofile(profile)
+        return sample(self, *args, **kwargs)
+
+    def traced_write(self, *args, **kwargs):
+        out = write(self, *args, **kwargs)
+        if sys.getprofile() is profile:
+            sys.setprofile(None)
+            paths.append(list(current))
+        return out
+
+    monkeypatch.setattr(replay.SequenceReplay, "sample", traced_sample)
+    monkeypatch.setattr(metrics.MetricsWriter, "learner", traced_write)
+    try:
+        train(config)
+    finally:
+        sys.setprofile(None)
+    return paths
+
+
+def test_one_update_takes_a_straight_path(tmp_path: Path, monkeypatch) -> None:
+    """The shipped rdqn preset's update crosses files in one direction: replay -> learner ->
+    network (encoder, recurrence; target then online) -> returns -> optimiser -> target update ->
+    acting-policy sync -> metrics, at most 17 switches between files while the step is traced and
+    5 once it is compiled."""
+    import scripts.train  # noqa: F401  (registers the config schemas)
+    from tests.test_config import _compose
+
+    config = _compose(["env=cartpole_p", f"run_dir={tmp_path / 'run'}"])
+    config.train.total_env_steps = 1_400
+    config.train.learning_starts = 1_000
+    config.train.log_every_updates = 1
+    config.train.progress_bar = False
+    config.eval.every_env_steps = 100_000
+    config.eval.episodes = 1
+    traced, compiled = _update_paths(config, monkeypatch)
+    assert len(traced) - 1 <= 17, " -> ".join(traced)
+    assert compiled == [
+        "agents/replay.py",
+        "agents/rdqn.py",
+        "agents/compiled.py",
+        "agents/rdqn.py",
+        "agents/networks.py",
+        "agents/metrics.py",
+    ]
+    # Each network is entered once: the target unroll, then the online unroll in segments.
+    assert traced.count("agents/networks.py") == 3  # two unrolls, then the acting-policy sync
