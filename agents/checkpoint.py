@@ -1,6 +1,12 @@
 """Checkpoints: networks, optimisers and counters (``tf.train.Checkpoint``), replay and RNG state
 in a numpy file, and a sentinel that marks the pair complete.
 
+A Keras network is saved as every one of its weights keyed by its path (``online_q/encoder/
+pre_0/kernel``, the observation statistics included): TensorFlow's object-graph
+checkpoint does not see layers Keras 3 keeps in lists or dicts (an encoder's dense stack, its conv
+torsos), so tracking the model object would silently leave those out. Checkpoints written before
+this layout (no ``layout`` in their sentinel) are read the old way, with a warning.
+
 Every file is written to a temporary name, fsynced and renamed, and the sentinel
 ``complete-<step>.json`` comes last: a crash or kill while saving leaves no sentinel, so that step
 is never used. Restoring walks back from the newest sentinel to the newest checkpoint that loads
@@ -17,6 +23,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -26,6 +33,8 @@ from envs.config import ConfigError
 log = logging.getLogger("recurrl")
 
 SENTINEL = "complete-{step}.json"
+# Sentinel "layout": 2 = Keras models saved as {variable path: variable}; absent = the model objects.
+LAYOUT = 2
 
 
 def _first_line(exc: BaseException) -> str:
@@ -38,7 +47,8 @@ class Checkpointer:
 
     def __init__(self, run_dir: str | os.PathLike, max_to_keep: int = 2, **objects) -> None:
         self.dir = Path(run_dir) / "ckpt"
-        self.checkpoint = tf.train.Checkpoint(**objects)
+        self.checkpoint = tf.train.Checkpoint(**{k: _by_path(v) for k, v in objects.items()})
+        self.legacy = tf.train.Checkpoint(**objects)  # reads checkpoints without a layout
         self.max_to_keep = max_to_keep
 
     def _prefix(self, step: int) -> str:
@@ -62,7 +72,7 @@ class Checkpointer:
         finally:
             tmp.unlink(missing_ok=True)
         fsync_dir(self.dir)
-        sentinel = {"step": step, "tf_prefix": os.path.basename(prefix), **info}
+        sentinel = {"step": step, "tf_prefix": os.path.basename(prefix), "layout": LAYOUT, **info}
         atomic_write(self.dir / SENTINEL.format(step=step), json.dumps(sentinel))
         self._prune(keep_newest=step)
 
@@ -100,7 +110,17 @@ class Checkpointer:
         info = json.loads((self.dir / SENTINEL.format(step=step)).read_text())
         with np.load(self.dir / f"state-{step}.npz") as f:
             extra = {k: f[k] for k in f.files}  # reads every array: a truncated file fails here
-        self.checkpoint.read(self._prefix(step)).assert_existing_objects_matched()
+        if info.get("layout") == LAYOUT:
+            self.checkpoint.read(self._prefix(step)).assert_existing_objects_matched()
+        else:
+            log.warning(
+                "checkpoint at env step %d has the older layout, which did not save the layers Keras "
+                "keeps in lists (dense stacks, conv torsos) nor the observation statistics: those "
+                "keep the values the networks were built with, and the statistics come from the "
+                "run state",
+                step,
+            )
+            self.legacy.read(self._prefix(step)).assert_existing_objects_matched()
         return extra, info
 
     def restore_latest(self, apply: Callable[[dict[str, np.ndarray], dict], None]) -> int:
@@ -124,6 +144,20 @@ class Checkpointer:
             return step
         detail = "; ".join(skipped) if skipped else "no complete checkpoint"
         raise ConfigError(f"run directory {str(self.dir.parent)!r} has no usable checkpoint ({detail})")
+
+
+def _by_path(obj: object) -> object:
+    """A Keras layer or model as ``{variable path: variable}`` over its weights, trainable or not;
+    anything else as it is. Raises ``ValueError`` if two weights share a path. (The seed states of
+    Keras' recurrent cells are not weights: they feed dropout only, which no network here uses.)"""
+    if not isinstance(obj, keras.layers.Layer):
+        return obj
+    out: dict[str, tf.Variable] = {}
+    for var in obj.weights:
+        if var.path in out:
+            raise ValueError(f"{obj.name}: two variables share the path {var.path!r}")
+        out[var.path] = var
+    return out
 
 
 def _step_of(name: str) -> int | None:

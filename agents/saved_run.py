@@ -15,8 +15,9 @@ import numpy as np
 from omegaconf.errors import OmegaConfBaseException
 
 from agents.actor import evaluate
-from agents.checkpoint import Checkpointer
+from agents.checkpoint import LAYOUT, Checkpointer
 from agents.config import Config, config_from_dict
+from agents.normalizer import ObsNormalizer
 from agents.policies import with_weights_of
 from agents.run_state import Counters
 from envs import describe_env, make_env, make_vec_env
@@ -68,15 +69,22 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
     counters = Counters(env_steps=config.train.total_env_steps)  # greedy: exploration schedules ended
     learner, policy = build_agent(config, spec, counters)
     ckpt = Checkpointer(run_dir, **learner.trackables())
+
+    def apply(extra: dict[str, np.ndarray], info: dict) -> None:
+        if info.get("layout") != LAYOUT:  # older checkpoints did not save the networks' statistics
+            normalizer = ObsNormalizer(spec.observation)
+            normalizer.load_state_dict({k[9:]: v for k, v in extra.items() if k.startswith("obs_norm/")})
+            normalizer.push(learner.networks())
+
     steps = ckpt.complete_steps()
     if step is None:
-        step = ckpt.restore_latest(lambda extra, info: None)
+        step = ckpt.restore_latest(apply)
     elif step not in steps:
         raise ConfigError(
             f"step={step} is invalid: allowed {'|'.join(map(str, steps)) or 'none (no checkpoint)'}"
         )
     else:
-        ckpt.load(step)
+        apply(*ckpt.load(step))
     learner.sync_policy(policy)
     return SavedRun(run_dir, config, spec, learner, policy, step)
 

@@ -21,7 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # (command line, text the error line must contain: the key, and what it allows where there is a list)
 CASES = [
     ("agent.lr=abc", "agent.lr=abc is invalid"),
-    ("agent.learnin_rate=1", "agent.learnin_rate is not a key: allowed advantage_learning|batch_size|"),
+    (
+        "agent.learnin_rate=1",
+        "agent.learnin_rate is not a key: allowed adam_epsilon|advantage_learning|batch_size|",
+    ),
     ("agent=foo", "agent=foo is invalid: allowed rddpg|rdqn|rtd3"),
     ("env=nope", "env=nope is invalid: allowed atari_pong|cartpole|cartpole_p|"),
     ("+foo=1", "foo is not a key: allowed agent|env|"),

@@ -111,6 +111,41 @@ def test_exported_policy_acts_like_the_numpy_policy_without_recurrl(
     assert got["sig_action"].shape[0] == 1
 
 
+def test_a_loaded_run_has_the_weights_it_was_saved_with(tiny_config: Config, monkeypatch) -> None:
+    """Every weight of every network, the observation statistics included, as the run had it when
+    it wrote its last checkpoint; the statistics are the running ones, not their initial values."""
+    import keras
+
+    from agents.checkpoint import Checkpointer
+
+    tiny_config.network.layer_norm = True
+    tiny_config.network.post_layers = [8]
+    seen: dict[int, dict[str, np.ndarray]] = {}
+    save = Checkpointer.save
+
+    networks: list = []
+    real_init = Checkpointer.__init__
+
+    def tracking_init(self, run_dir, max_to_keep=2, **objects):
+        real_init(self, run_dir, max_to_keep, **objects)
+        networks[:] = [v for v in objects.values() if isinstance(v, keras.Model)]
+
+    def saving(self, step, extra, info):
+        seen[step] = {w.path: np.asarray(w) for net in networks for w in net.weights}
+        save(self, step, extra, info)
+
+    monkeypatch.setattr(Checkpointer, "__init__", tracking_init)
+    monkeypatch.setattr(Checkpointer, "save", saving)
+    train(copy.deepcopy(tiny_config))
+    monkeypatch.undo()
+    saved = load_run(tiny_config.run_dir)
+    loaded = {w.path: np.asarray(w) for net in saved.learner.networks() for w in net.weights}
+    assert saved.step == 400 and loaded.keys() == seen[400].keys()
+    for path, value in seen[400].items():
+        np.testing.assert_array_equal(loaded[path], value, err_msg=path)
+    assert not np.allclose(loaded["online_q/encoder/input_std"], 1.0)
+
+
 def test_evaluate_run_writes_returns_and_refuses_a_missing_step(tiny_config: Config) -> None:
     train(copy.deepcopy(tiny_config))
     saved = load_run(tiny_config.run_dir)
