@@ -240,7 +240,7 @@ class Encoder(keras.layers.Layer):
             x = layer(x)
         return x
 
-    def spans(self, inputs: Inputs | tf.Tensor, spans: list[tuple[int, int]]) -> list[tf.Tensor]:
+    def encode_spans(self, inputs: Inputs | tf.Tensor, spans: list[tuple[int, int]]) -> list[tf.Tensor]:
         """Steps ``[a, b)`` of leaves ``[B, L, ...]`` for each span, each encoded on its own:
         ``[B, b - a, H]``. A span whose outputs take no gradient (R2D2's burn-in and n-step tail)
         then adds no work to the backward pass."""

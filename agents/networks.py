@@ -172,7 +172,7 @@ class RecurrentNetwork(keras.Model):
         live = [i for i, (a, b) in enumerate(spans) if b is None or b > a]
         if bounds:
             firsts = [first[:, spans[i][0] : spans[i][1]] for i in live]
-            xs = self.encoder.spans(inputs, [spans[i] for i in live])
+            xs = self.encoder.encode_spans(inputs, [spans[i] for i in live])
         else:
             firsts, xs = [first], [self.encoder(inputs)]
         hs, final_state = sequence_kernels.unroll_segments(self.core, xs, state, firsts)
