@@ -28,9 +28,9 @@ import numpy as np
 import tensorflow as tf
 
 from agents.kernels import graph_supports
+from agents.sequence_kernels import State
 
 CELLS = ("lstm", "gru", "lstm_peephole", "mlp")
-State = tuple[tf.Tensor, ...]
 
 
 def state_sizes(cell: str, units: int) -> tuple[int, ...]:

@@ -24,6 +24,11 @@ class Counters:
     wall_time_s: float = 0.0
 
 
+def state_part(extra: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays of a checkpoint's run state saved under ``prefix`` (``obs_norm/``, ...), unprefixed."""
+    return {k[len(prefix) :]: v for k, v in extra.items() if k.startswith(prefix)}
+
+
 def save_run_state(ckpt: Checkpointer, counters: Counters, replay, policy, learner, normalizer) -> None:
     """Checkpoint everything a run needs to continue exactly: the learner's trackables, replay,
     observation statistics, the policy's RNG and exploration state, and the counters."""
@@ -46,13 +51,10 @@ def restore_run_state(ckpt: Checkpointer, counters: Counters, replay, policy, le
     rates = {k: float(keras.ops.convert_to_numpy(o.learning_rate)) for k, o in optimizers.items()}
 
     def apply(extra: dict[str, np.ndarray], info: dict) -> None:
-        def part(prefix: str) -> dict[str, np.ndarray]:
-            return {k[len(prefix) :]: v for k, v in extra.items() if k.startswith(prefix)}
-
-        replay.load_state_dict(part("replay/"))
+        replay.load_state_dict(state_part(extra, "replay/"))
         policy.rng.bit_generator.state = json.loads(bytes(extra["policy_rng"]).decode())
-        policy.load_state_dict(part("policy/"))
-        normalizer.load_state_dict(part("obs_norm/"))
+        policy.load_state_dict(state_part(extra, "policy/"))
+        normalizer.load_state_dict(state_part(extra, "obs_norm/"))
         restored = Counters(**info["counters"])
         for field in dataclasses.fields(Counters):
             setattr(counters, field.name, getattr(restored, field.name))

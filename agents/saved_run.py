@@ -19,7 +19,7 @@ from agents.checkpoint import LAYOUT, Checkpointer
 from agents.config import Config, config_from_dict
 from agents.normalizer import ObsNormalizer
 from agents.policies import with_weights_of
-from agents.run_state import Counters
+from agents.run_state import Counters, state_part
 from envs import describe_env, make_env, make_vec_env
 from envs.config import ConfigError
 from envs.make import EnvSpec
@@ -73,7 +73,7 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
     def apply(extra: dict[str, np.ndarray], info: dict) -> None:
         if info.get("layout") != LAYOUT:  # older checkpoints did not save the networks' statistics
             normalizer = ObsNormalizer(spec.observation)
-            normalizer.load_state_dict({k[9:]: v for k, v in extra.items() if k.startswith("obs_norm/")})
+            normalizer.load_state_dict(state_part(extra, "obs_norm/"))
             normalizer.push(learner.networks())
 
     steps = ckpt.complete_steps()

@@ -174,13 +174,9 @@ def test_one_update_takes_a_straight_path(tmp_path: Path, monkeypatch) -> None:
     import scripts.train  # noqa: F401  (registers the config schemas)
     from tests.test_config import _compose
 
-    config = _compose(["env=cartpole_p", f"run_dir={tmp_path / 'run'}"])
-    config.train.total_env_steps = 1_400
-    config.train.learning_starts = 1_000
-    config.train.log_every_updates = 1
-    config.train.progress_bar = False
-    config.eval.every_env_steps = 100_000
-    config.eval.episodes = 1
+    short = ["train.total_env_steps=1400", "train.learning_starts=1000", "train.log_every_updates=1"]
+    quiet = ["train.progress_bar=false", "eval.every_env_steps=100000", "eval.episodes=1"]
+    config = _compose(["env=cartpole_p", f"run_dir={tmp_path / 'run'}", *short, *quiet])
     traced, compiled = _update_paths(config, monkeypatch)
     assert len(traced) - 1 <= 17, " -> ".join(traced)
     assert compiled == [
