@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+import scripts.train  # noqa: F401  (registers the config schemas the presets extend)
 from agents.config import Config, validate
 from envs.config import ConfigError
 from tests.helpers import run_cli
@@ -37,6 +38,19 @@ def test_every_config_group_composes(agent: str, env: str) -> None:
     assert isinstance(config, Config)
     assert config.env.name == env
     validate(config)
+
+
+def test_r2d2_preset_is_rdqn_with_r2d2_parts_and_env_presets_still_set_their_replay() -> None:
+    rdqn, r2d2 = _compose(["agent=rdqn"]), _compose(["agent=r2d2"])
+    assert (r2d2.agent.kind, r2d2.agent.name) == ("rdqn", "r2d2")
+    assert (r2d2.agent.gamma, r2d2.agent.n_step, r2d2.agent.lr) == (0.999, 5, 3e-4)
+    assert r2d2.agent.value_rescaling and r2d2.network.dueling and not rdqn.network.dueling
+    assert (r2d2.replay.priority_exponent, r2d2.replay.capacity) == (0.9, 400_000)
+    # everything else is the rdqn preset's
+    assert r2d2.agent.tau == rdqn.agent.tau and r2d2.train == rdqn.train
+    assert r2d2.network.layer_norm and r2d2.replay.trace_length == rdqn.replay.trace_length
+    # an env preset that sets the replay (84x84 frames) overrides the agent preset's 400k rows
+    assert _compose(["agent=r2d2", "env=atari_pong"]).replay.capacity == 100_000
 
 
 def test_documented_keys_exist() -> None:
