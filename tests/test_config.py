@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -42,13 +43,12 @@ def test_every_config_group_composes(agent: str, env: str) -> None:
 
 def test_r2d2_preset_is_rdqn_with_r2d2_parts_and_env_presets_still_set_their_replay() -> None:
     rdqn, r2d2 = _compose(["agent=rdqn"]), _compose(["agent=r2d2"])
-    assert (r2d2.agent.kind, r2d2.agent.name) == ("rdqn", "r2d2")
-    assert (r2d2.agent.gamma, r2d2.agent.n_step, r2d2.agent.lr) == (0.999, 5, 3e-4)
-    assert r2d2.agent.value_rescaling and r2d2.network.dueling and not rdqn.network.dueling
-    assert (r2d2.replay.priority_exponent, r2d2.replay.capacity) == (0.9, 400_000)
-    # everything else is the rdqn preset's
-    assert r2d2.agent.tau == rdqn.agent.tau and r2d2.train == rdqn.train
-    assert r2d2.network.layer_norm and r2d2.replay.trace_length == rdqn.replay.trace_length
+    # the rdqn preset with exactly these fields changed, and nothing else
+    agent = replace(rdqn.agent, name="r2d2", gamma=0.999, n_step=5, lr=3e-4, value_rescaling=True)
+    assert r2d2.agent == agent and r2d2.agent.kind == "rdqn"
+    assert r2d2.network == replace(rdqn.network, dueling=True)
+    assert r2d2.replay == replace(rdqn.replay, priority_exponent=0.9, capacity=400_000)
+    assert (r2d2.train, r2d2.env, r2d2.eval) == (rdqn.train, rdqn.env, rdqn.eval)
     # an env preset that sets the replay (84x84 frames) overrides the agent preset's 400k rows
     assert _compose(["agent=r2d2", "env=atari_pong"]).replay.capacity == 100_000
 
