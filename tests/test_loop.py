@@ -171,8 +171,7 @@ def test_one_update_takes_a_straight_path(tmp_path: Path, monkeypatch) -> None:
     network (encoder, recurrence; target then online) -> returns -> optimiser -> target update ->
     acting-policy sync -> metrics, at most 17 switches between files while the step is traced and
     5 once it is compiled."""
-    import scripts.train  # noqa: F401  (registers the config schemas)
-    from tests.test_config import _compose
+    from tests.test_config import _compose  # its module registers the config schemas
 
     short = ["train.total_env_steps=1400", "train.learning_starts=1000", "train.log_every_updates=1"]
     quiet = ["train.progress_bar=false", "eval.every_env_steps=100000", "eval.episodes=1"]
