@@ -36,6 +36,9 @@ class EnvConfig:
     num_envs: int = 8
     # Overrides the env's own time limit when set; envs without one need it (a warning says so).
     max_episode_steps: int | None = None
+    # Episodes cut by the time limit end as terminated (no bootstrap past the last step): for tasks
+    # whose step limit is part of the task, e.g. MiniGrid, whose reward falls with the step count.
+    time_limit_terminal: bool = False
     # Continuous control only: half-range of the action box when the env's bounds are infinite.
     action_scale: float | None = None
 

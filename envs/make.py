@@ -19,6 +19,7 @@ from envs.wrappers import (
     JointDiscreteActions,
     MaskObservation,
     ShiftDiscreteActions,
+    TimeLimitAsTerminal,
     has_box_leaf,
 )
 
@@ -139,6 +140,8 @@ def _wrap(env: gym.Env, config: EnvConfig) -> gym.Env:
         env = FlickerObservation(env, config.flicker)
     if config.obs_noise > 0:
         env = GaussianObservationNoise(env, config.obs_noise)
+    if config.time_limit_terminal:
+        env = TimeLimitAsTerminal(env)
     return env
 
 

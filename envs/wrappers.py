@@ -1,4 +1,5 @@
-"""POMDP observation wrappers (masking, flickering, noise) and the Discrete action adapters.
+"""POMDP observation wrappers (masking, flickering, noise), the Discrete action adapters and a
+wrapper that ends time-limited episodes as terminal.
 
 Flickering and noise act on every Box leaf of the observation (a flat Box, or the Box leaves of a
 Dict/Tuple observation such as MiniGrid's image); discrete leaves pass through unchanged.
@@ -11,7 +12,7 @@ describes the whole stack and ``gymnasium.make(env.spec)`` rebuilds it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -145,3 +146,21 @@ class JointDiscreteActions(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
 
     def action(self, action: int | np.integer) -> np.ndarray:
         return np.array(np.unravel_index(int(action), self.nvec), np.int64) + self.start
+
+
+class TimeLimitAsTerminal(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Report an episode cut by its time limit as terminated (``truncated`` becomes ``terminated``).
+
+    For tasks whose step limit is part of the task, e.g. MiniGrid, whose reward falls with the step
+    count: an agent with memory can track the steps taken, so the value after the last step is
+    zero, not a bootstrap from the next state. Without it, a value estimate that drifts upwards can
+    make never ending an episode look better than the task's own terminal reward.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, bool(terminated or truncated), False, info

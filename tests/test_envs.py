@@ -237,6 +237,28 @@ SHIPPED = [
     for env_id, mask in (("CartPole-v1", [1, 3]), ("Pendulum-v1", [2]))
     for key, value in (("mask_obs", mask), ("flicker", 0.3), ("obs_noise", 0.1))
 ]
+
+
+def test_time_limit_terminal_ends_cut_episodes_as_terminated() -> None:
+    """With env.time_limit_terminal the step the time limit cuts reports terminated, not truncated;
+    without it the same step is truncated. Episodes that end on their own are unchanged."""
+    ends = {}
+    for flag in (False, True):
+        env = make_env(EnvConfig(id="CartPole-v1", max_episode_steps=6, time_limit_terminal=flag), seed=0)
+        flags = [env.step(i % 2)[2:4] for i in range(6)]  # alternate pushes: the pole stays up
+        assert flags[:5] == [(False, False)] * 5
+        ends[flag] = flags[5]
+        names = [w.name for w in gym.make(env.spec).spec.additional_wrappers]
+        assert ("TimeLimitAsTerminal" in names) == flag  # rebuilt from its spec with the wrapper
+    assert ends == {False: (False, True), True: (True, False)}
+    env = make_env(EnvConfig(id="CartPole-v1", max_episode_steps=500, time_limit_terminal=True), seed=0)
+    steps, done = 0, (False, False)
+    while not any(done):  # always pushing right: the pole falls within a few dozen steps
+        done = env.step(1)[2:4]
+        steps += 1
+    assert done == (True, False) and steps < 100
+
+
 # Advice about the base envs' own design (CartPole's infinite velocity bounds, Pendulum's [-2, 2]
 # torque) and about checking a wrapped env; anything else the checker says fails the test.
 ADVISORY = ("is different from the unwrapped", "infinity. This is probably", "symmetric and normalized")
