@@ -53,6 +53,12 @@ def test_r2d2_preset_is_rdqn_with_r2d2_parts_and_env_presets_still_set_their_rep
     assert _compose(["agent=r2d2", "env=atari_pong"]).replay.capacity == 100_000
 
 
+def test_minigrid_preset_ends_episodes_cut_by_its_time_limit_as_terminal() -> None:
+    env = _compose(["env=minigrid_memory"]).env
+    assert env.time_limit_terminal and env.max_episode_steps == 245
+    assert not _compose(["env=cartpole_p"]).env.time_limit_terminal  # CartPole's limit is not the task's
+
+
 def test_documented_keys_exist() -> None:
     keys = (
         "env.id env.kwargs env.mask_obs env.flicker env.obs_noise env.num_envs network.cell "
