@@ -232,6 +232,7 @@ SHIPPED = [
     EnvConfig(id="recurrl/NaNReward-v0", kwargs={"nan_after": 1000}),
     EnvConfig(id="recurrl/NoTimeLimit-v0", max_episode_steps=50),
     EnvConfig(id="recurrl/CueMemory-v0", flicker=0.5, obs_noise=0.5),
+    EnvConfig(id="CartPole-v1", max_episode_steps=50, time_limit_terminal=True),
 ] + [
     EnvConfig(id=env_id, **{key: value})
     for env_id, mask in (("CartPole-v1", [1, 3]), ("Pendulum-v1", [2]))
