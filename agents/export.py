@@ -33,7 +33,7 @@ from envs.config import ConfigError
 class PolicyModule(tf.Module):
     """The greedy policy of a :class:`SavedRun` as a ``tf.Module`` with flat-tensor signatures."""
 
-    def __init__(self, saved: SavedRun, network: str = "online") -> None:
+    def __init__(self, saved: SavedRun, network: str = "run") -> None:
         super().__init__(name="recurrl_policy")
         inputs = list(saved.config.network.inputs)
         if any(i != "prev_action" for i in inputs):
@@ -41,9 +41,7 @@ class PolicyModule(tf.Module):
                 f"network.inputs={inputs} cannot be exported: allowed [] or [prev_action] "
                 "(the previous reward is not an input of step)"
             )
-        if network not in ("online", "target"):
-            raise ConfigError(f"network={network!r} is invalid: allowed online|target")
-        self.net = saved.learner.eval_network(network)
+        self.net = saved.learner.eval_network(saved.network_name(network))
         self.discrete = saved.spec.discrete
         self.num_actions = saved.spec.num_actions
         self.observation = saved.spec.observation
@@ -96,7 +94,7 @@ class PolicyModule(tf.Module):
         return out
 
 
-def export_saved_model(saved: SavedRun, out: str | Path, network: str = "online") -> Path:
+def export_saved_model(saved: SavedRun, out: str | Path, network: str = "run") -> Path:
     """Write the policy of ``saved`` as a SavedModel directory ``out``; returns its path."""
     module = PolicyModule(saved, network)
     out = Path(out)
@@ -108,7 +106,7 @@ def export_saved_model(saved: SavedRun, out: str | Path, network: str = "online"
     return out
 
 
-def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
+def keras_model(saved: SavedRun, network: str = "run") -> keras.Model:
     """The policy network rebuilt from stock Keras layers (no recurrl class in it), weights copied::
 
         inputs:  observation [B, T, O], then the recurrent state ([B, U] h and c for an LSTM, h for a GRU)
@@ -136,7 +134,7 @@ def keras_model(saved: SavedRun, network: str = "online") -> keras.Model:
         )
     if config.dueling:
         raise ConfigError("network.dueling=true cannot be exported as format=keras: use format=saved_model")
-    net = saved.learner.eval_network(network)
+    net = saved.learner.eval_network(saved.network_name(network))
     encoder = net.encoder
     obs = keras.Input((None, saved.spec.obs_dim), name="observation")
     state_in = [keras.Input((s,), name=n) for s, n in zip(net.state_sizes, ("h", "c"), strict=False)]
@@ -179,7 +177,7 @@ def _dense_stack(x: keras.KerasTensor, layers: list, prefix: str) -> keras.Keras
     return x
 
 
-def export_keras(saved: SavedRun, out: str | Path, network: str = "online") -> Path:
+def export_keras(saved: SavedRun, out: str | Path, network: str = "run") -> Path:
     """Write :func:`keras_model` as a ``.keras`` file (``keras.saving.load_model`` reads it with no
     custom objects); returns its path."""
     out = Path(out)

@@ -25,6 +25,8 @@ from envs.config import ConfigError
 from envs.make import EnvSpec
 
 log = logging.getLogger("recurrl")
+# Weights a saved run can act with: run (whichever its evaluations used), online, or target (EMA).
+NETWORKS = ("run", "online", "target")
 
 
 @dataclasses.dataclass
@@ -38,11 +40,16 @@ class SavedRun:
     policy: object
     step: int
 
-    def greedy_policy(self, network: str = "online") -> object:
-        """The acting policy with the ``online`` or ``target`` network's weights."""
-        if network not in ("online", "target"):
-            raise ConfigError(f"network={network!r} is invalid: allowed online|target")
-        return with_weights_of(self.policy, self.learner, network)
+    def network_name(self, network: str = "run") -> str:
+        """``online`` or ``target``: ``run`` names the network the run's own evaluations acted with
+        (its ``eval.network``); one-line :class:`ConfigError` for anything else."""
+        if network not in NETWORKS:
+            raise ConfigError(f"network={network!r} is invalid: allowed {'|'.join(NETWORKS)}")
+        return self.config.eval.network if network == "run" else network
+
+    def greedy_policy(self, network: str = "run") -> object:
+        """The acting policy with the weights of :meth:`network_name`."""
+        return with_weights_of(self.policy, self.learner, self.network_name(network))
 
 
 def load_run(run_dir: str | Path, step: int | None = None, backend: str | None = None) -> SavedRun:
@@ -94,6 +101,7 @@ def evaluate_run(saved: SavedRun, episodes: int, network: str, seed: int, env=No
     ``eval-<step>.json`` holds: returns per episode, mean, std and the settings."""
     if episodes < 1:
         raise ConfigError(f"episodes={episodes} is invalid: allowed integers >= 1")
+    network = saved.network_name(network)
     policy = saved.greedy_policy(network)
     own = env is None
     env = make_vec_env(saved.config.env, seed=seed, num_envs=episodes) if own else env

@@ -1,5 +1,5 @@
 """Evaluate a trained run: ``python -m scripts.evaluate run=DIR [step=N] [episodes=10]
-[network=online|target] [seed=0] [video=false]``.
+[network=run|online|target] [seed=0] [video=false]``.
 
 Greedy episodes from the run's newest complete checkpoint (or ``step``); prints mean +- std and
 writes ``eval-<step>.json`` into the run. ``video=true`` also records ``video_episodes`` episodes
@@ -37,8 +37,9 @@ class EvaluateConfig:
     step: int | None = None
     # Greedy episodes, run in parallel (one env each).
     episodes: int = 10
-    # Weights to act with: online, or target (the EMA of the online weights).
-    network: str = "online"
+    # Weights to act with: run (those the run's evaluations used, its eval.network), online, or
+    # target (the EMA of the online weights).
+    network: str = "run"
     # Seed of the evaluation envs (episode i starts from seed + i).
     seed: int = 0
     # Record episodes to DIR/videos/eval-<step>/ (the env must render rgb_array).
@@ -52,8 +53,6 @@ def run_evaluation(cfg: EvaluateConfig) -> dict:
     from agents.rundir import atomic_write
     from agents.saved_run import evaluate_run, load_run, record_video
 
-    if cfg.network not in ("online", "target"):
-        raise ConfigError(f"network={cfg.network!r} is invalid: allowed online|target")
     saved = load_run(cfg.run, cfg.step)
     record = evaluate_run(saved, cfg.episodes, cfg.network, cfg.seed)
     atomic_write(Path(cfg.run) / f"eval-{saved.step}.json", json.dumps(record, indent=2))
@@ -76,7 +75,7 @@ def main(cfg: DictConfig) -> float:
         "%s at env step %d, %s network: return %.2f +- %.2f over %d episodes -> %s",
         config.run,
         record["step"],
-        config.network,
+        record["network"],
         record["return_mean"],
         record["return_std"],
         record["episodes"],

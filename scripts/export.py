@@ -1,5 +1,5 @@
 """Export a trained policy: ``python -m scripts.export run=DIR [format=saved_model] [step=N]
-[network=online|target] [out=PATH]``.
+[network=run|online|target] [out=PATH]``.
 
 Writes ``DIR/export/<format>-<step>`` (or ``out``): with ``format=saved_model`` a SavedModel with
 the signatures ``initial_state(batch_size)`` and ``step(observation, state) -> (action, q_values or
@@ -40,8 +40,9 @@ class ExportConfig:
     format: str = "saved_model"
     # Checkpoint env step; null = the newest that loads completely.
     step: int | None = None
-    # Weights to export: online, or target (the EMA of the online weights).
-    network: str = "online"
+    # Weights to export: run (those the run's evaluations used, its eval.network), online, or
+    # target (the EMA of the online weights).
+    network: str = "run"
     # Output directory; null = DIR/export/<format>-<step>.
     out: str | None = None
 

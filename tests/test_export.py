@@ -14,7 +14,7 @@ import pytest
 
 from agents.actor import Actor
 from agents.config import Config
-from agents.export import export_saved_model
+from agents.export import PolicyModule, export_saved_model
 from agents.loop import train
 from agents.saved_run import evaluate_run, load_run
 from envs import make_vec_env
@@ -155,7 +155,21 @@ def test_evaluate_run_writes_returns_and_refuses_a_missing_step(tiny_config: Con
     assert np.isclose(record["return_mean"], np.mean(record["returns"]))
     with pytest.raises(ConfigError, match=r"^step=300 is invalid: allowed 200\|400$"):
         load_run(tiny_config.run_dir, step=300)
+    with pytest.raises(ConfigError, match=r"^network='ema' is invalid: allowed run\|online\|target$"):
+        evaluate_run(saved, episodes=2, network="ema", seed=5)
     assert load_run(tiny_config.run_dir, step=200).step == 200
+
+
+def test_network_run_acts_with_the_weights_the_runs_evaluations_used(tiny_config: Config) -> None:
+    train(copy.deepcopy(tiny_config))
+    saved = load_run(tiny_config.run_dir)
+    assert saved.config.eval.network == "online" and saved.network_name() == "online"
+    saved.config.eval.network = "target"  # as a run trained with eval.network=target reads back
+    by_run = evaluate_run(saved, episodes=4, network="run", seed=3)
+    by_name = evaluate_run(saved, episodes=4, network="target", seed=3)
+    assert by_run["network"] == "target" and by_run["returns"] == by_name["returns"]
+    assert PolicyModule(saved).net is saved.learner.eval_network("target")
+    assert PolicyModule(saved, "online").net is saved.learner.eval_network("online")
 
 
 def test_evaluate_command_writes_eval_json_and_refuses_a_non_run(tiny_config: Config, tmp_path: Path) -> None:
