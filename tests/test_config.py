@@ -48,7 +48,8 @@ def test_r2d2_preset_is_rdqn_with_r2d2_parts_and_env_presets_still_set_their_rep
     assert r2d2.agent == agent and r2d2.agent.kind == "rdqn"
     assert r2d2.network == replace(rdqn.network, dueling=True)
     assert r2d2.replay == replace(rdqn.replay, priority_exponent=0.9, capacity=400_000)
-    assert (r2d2.train, r2d2.env, r2d2.eval) == (rdqn.train, rdqn.env, rdqn.eval)
+    assert r2d2.eval == replace(rdqn.eval, network="target")
+    assert (r2d2.train, r2d2.env) == (rdqn.train, rdqn.env)
     # an env preset that sets the replay (84x84 frames) overrides the agent preset's 400k rows
     assert _compose(["agent=r2d2", "env=atari_pong"]).replay.capacity == 100_000
 
