@@ -70,7 +70,7 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    log.info("exported %s (%s network) to %s", config.run, config.network, out)
+    log.info("exported %s (network=%s) to %s", config.run, config.network, out)
 
 
 if __name__ == "__main__":
