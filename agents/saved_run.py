@@ -29,6 +29,13 @@ log = logging.getLogger("recurrl")
 NETWORKS = ("run", "online", "target")
 
 
+def check_network(network: str) -> None:
+    """One-line :class:`ConfigError` unless ``network`` is one of :data:`NETWORKS` (the commands
+    call it before loading a run, which builds the agent)."""
+    if network not in NETWORKS:
+        raise ConfigError(f"network={network!r} is invalid: allowed {'|'.join(NETWORKS)}")
+
+
 @dataclasses.dataclass
 class SavedRun:
     """A run's config, env description, learner restored at ``step`` and its acting policy."""
@@ -43,8 +50,7 @@ class SavedRun:
     def network_name(self, network: str = "run") -> str:
         """``online`` or ``target``: ``run`` names the network the run's own evaluations acted with
         (its ``eval.network``); one-line :class:`ConfigError` for anything else."""
-        if network not in NETWORKS:
-            raise ConfigError(f"network={network!r} is invalid: allowed {'|'.join(NETWORKS)}")
+        check_network(network)
         return self.config.eval.network if network == "run" else network
 
     def greedy_policy(self, network: str = "run") -> object:

@@ -51,8 +51,9 @@ class EvaluateConfig:
 def run_evaluation(cfg: EvaluateConfig) -> dict:
     """Evaluate, write ``eval-<step>.json`` (and videos); returns the record."""
     from agents.rundir import atomic_write
-    from agents.saved_run import evaluate_run, load_run, record_video
+    from agents.saved_run import check_network, evaluate_run, load_run, record_video
 
+    check_network(cfg.network)
     saved = load_run(cfg.run, cfg.step)
     record = evaluate_run(saved, cfg.episodes, cfg.network, cfg.seed)
     atomic_write(Path(cfg.run) / f"eval-{saved.step}.json", json.dumps(record, indent=2))

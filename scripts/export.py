@@ -50,10 +50,11 @@ class ExportConfig:
 def run_export(cfg: ExportConfig) -> Path:
     """Export as configured; returns the written path."""
     from agents.export import export_keras, export_saved_model
-    from agents.saved_run import load_run
+    from agents.saved_run import check_network, load_run
 
     if cfg.format not in FORMATS:
         raise ConfigError(f"format={cfg.format!r} is invalid: allowed {'|'.join(FORMATS)}")
+    check_network(cfg.network)
     saved = load_run(cfg.run, cfg.step, backend="graph")  # TF ops only: no native op in the export
     out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export" / f"{cfg.format}-{saved.step}"
     if cfg.format == "keras":

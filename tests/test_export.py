@@ -172,6 +172,19 @@ def test_network_run_acts_with_the_weights_the_runs_evaluations_used(tiny_config
     assert PolicyModule(saved, "online").net is saved.learner.eval_network("online")
 
 
+def test_commands_refuse_a_bad_network_before_loading_the_run(tmp_path: Path) -> None:
+    from scripts.evaluate import EvaluateConfig, run_evaluation
+    from scripts.export import ExportConfig, run_export
+
+    missing = str(tmp_path / "no-run")  # loading it would fail with a different line
+    allowed = r"^network='ema' is invalid: allowed run\|online\|target$"
+    with pytest.raises(ConfigError, match=allowed):
+        run_evaluation(EvaluateConfig(run=missing, network="ema"))
+    with pytest.raises(ConfigError, match=allowed):
+        run_export(ExportConfig(run=missing, network="ema"))
+    assert not (tmp_path / "no-run").exists()
+
+
 def test_evaluate_command_writes_eval_json_and_refuses_a_non_run(tiny_config: Config, tmp_path: Path) -> None:
     train(copy.deepcopy(tiny_config))
     root = Path(__file__).resolve().parents[1]
