@@ -111,10 +111,13 @@ class RecurrentNetwork(keras.Model):
         name: str = "network",
         extras_dim: int = 0,
         normalize: bool = False,
+        heads: int = 1,
     ) -> None:
         """``observation``: the env's leaves (an int ``F``: one flat vector input ``[B, T, F]``);
         ``extras_dim``: width of the ``extras`` input (network.inputs); ``normalize``: scale vector
-        and image leaves by running statistics (agents/normalizer.py)."""
+        and image leaves by running statistics (agents/normalizer.py); ``heads``: output heads on
+        the shared torso (2 for clipped double Q). The network's output (``call``, ``unroll``,
+        acting, export) is the first head's; ``unroll_segments(all_heads=True)`` gives them all."""
         super().__init__(name=name)
         if config.cell not in CELLS:
             raise ValueError(f"unknown cell {config.cell!r}")
@@ -129,6 +132,17 @@ class RecurrentNetwork(keras.Model):
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
         # Dueling (Wang et al. 2016): ``head`` is the advantage stream, ``value_head`` the value.
         self.value_head = keras.layers.Dense(1, name="value_head") if config.dueling else None
+        if heads not in (1, 2):
+            raise ValueError(f"heads must be 1 or 2, got {heads}")
+        # The second head (and its value stream) of a twin Q-network: same torso, own weights.
+        self.twin_head = (
+            keras.layers.Dense(output_dim, activation=output_activation, name="twin_head")
+            if heads == 2
+            else None
+        )
+        self.twin_value_head = (
+            keras.layers.Dense(1, name="twin_value_head") if heads == 2 and config.dueling else None
+        )
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.
         with keras.name_scope(self.name):
@@ -138,10 +152,15 @@ class RecurrentNetwork(keras.Model):
             for layer in self.post:
                 layer.build((None, width))
                 width = layer.units
-            self.head.build((None, width))
-            if self.value_head is not None:
-                self.value_head.build((None, width))
+            for layer in (self.head, self.value_head, self.twin_head, self.twin_value_head):
+                if layer is not None:
+                    layer.build((None, width))
         self.built = True
+
+    @property
+    def heads(self) -> int:
+        """Number of output heads (1, or 2 for a twin Q-network)."""
+        return 1 if self.twin_head is None else 2
 
     @property
     def state_sizes(self) -> tuple[int, ...]:
@@ -159,14 +178,19 @@ class RecurrentNetwork(keras.Model):
         return outputs[0], final_state
 
     def unroll_segments(
-        self, inputs: Inputs | tf.Tensor, state: State, first: tf.Tensor, bounds: Sequence[int]
+        self,
+        inputs: Inputs | tf.Tensor,
+        state: State,
+        first: tf.Tensor,
+        bounds: Sequence[int],
+        all_heads: bool = False,
     ) -> tuple[list[tf.Tensor | None], State]:
         """One sequence ``[B, L, ...]`` cut at ``bounds`` into segments ``[0, b_1), [b_1, b_2), ...,
         [b_k, L)``, unrolled in order; each segment starts from the one before's final state with
         the gradient stopped there (R2D2: burn-in | trace | n-step tail, where only the trace is
         trained). Each segment is encoded on its own, so a segment with no gradient adds no
-        backward work. Returns each segment's outputs ``[B, T_i, O]`` (``None`` for an empty
-        segment) and the final state."""
+        backward work. Returns each segment's outputs ``[B, T_i, O]`` (with ``all_heads``:
+        ``[B, T_i, H, O]``, every head stacked; ``None`` for an empty segment) and the final state."""
         edges = [0, *bounds, tf.nest.flatten(inputs)[0].shape[1]]  # L may be None without bounds
         spans = list(zip(edges[:-1], edges[1:], strict=True))
         live = [i for i, (a, b) in enumerate(spans) if b is None or b > a]
@@ -180,13 +204,24 @@ class RecurrentNetwork(keras.Model):
         for i, x in zip(live, hs, strict=True):
             for layer in self.post:
                 x = layer(x)
-            if self.value_head is None:
-                outputs[i] = self.head(x)
-            else:  # advantage mean removed, so value and advantage are identifiable
-                advantage = self.head(x)  # [B, T, A]
-                mean = tf.reduce_mean(advantage, axis=-1, keepdims=True)
-                outputs[i] = self.value_head(x) + advantage - mean
+            out = self._head(x, self.head, self.value_head)
+            if all_heads:
+                heads = (
+                    [out]
+                    if self.twin_head is None
+                    else [out, self._head(x, self.twin_head, self.twin_value_head)]
+                )
+                out = tf.stack(heads, axis=2)  # [B, T, H, O]
+            outputs[i] = out
         return outputs, final_state
+
+    @staticmethod
+    def _head(x: tf.Tensor, head: keras.layers.Dense, value_head: keras.layers.Dense | None) -> tf.Tensor:
+        """Features ``[B, T, U]`` -> one head's outputs ``[B, T, O]``."""
+        if value_head is None:
+            return head(x)
+        advantage = head(x)  # dueling: advantage mean removed, so value and advantage are identifiable
+        return value_head(x) + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
 
     def call(self, inputs: Inputs | tf.Tensor) -> tf.Tensor:
         """Keras entry point: unroll from a zero state with no resets; ``[B, T, ...] -> [B, T, O]``."""

@@ -67,6 +67,12 @@ class RDQNConfig:
     target_update_period: int = 1
     # Double DQN: the online network picks the bootstrap action, the target scores it.
     double_q: bool = True
+    # Clipped double Q for discrete actions (after Fujimoto et al. 2018): a second Q head on the
+    # same torso; both heads learn one target whose bootstrap value is the smaller of the two
+    # target heads' values of the first online head's greedy action. Counters the overestimation
+    # that a max over noisy values compounds through a long discount. Acting, evaluation and export
+    # use the first head.
+    twin_q: bool = False
     # Huber loss threshold on the TD error.
     huber_delta: float = 1.0
     # Global gradient-norm clip.
@@ -165,7 +171,7 @@ class RDQNLearner:
         # Per-step inputs: the observation leaves, and extras (the one-hot previous action and the
         # previous reward) if network.inputs asks for them.
         self.extras_dim = extras_width(num_actions, self.inputs)
-        kw = {"extras_dim": self.extras_dim, "normalize": True}
+        kw = {"extras_dim": self.extras_dim, "normalize": True, "heads": 2 if config.twin_q else 1}
         self.online_q = RecurrentNetwork(network, self.observation, num_actions, name="online_q", **kw)
         self.target_q = RecurrentNetwork(network, self.observation, num_actions, name="target_q", **kw)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
@@ -284,10 +290,13 @@ class RDQNLearner:
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length
+        twin = cfg.twin_q
         obs, first = {k: batch[k] for k in self.input_keys}, batch["first"]
         state = split_state(batch["state"], self.online_q.state_sizes)
-        q_target, _ = self.target_q.unroll(obs, state, first)  # [B, L, A]
+        # [B, L, A]; with twin heads [B, L, 2, A]
+        (q_target,), _ = self.target_q.unroll_segments(obs, state, first, (), all_heads=twin)
         variables = self.online_q.trainable_variables
+        action = batch["action"][:, bi : bi + tl]  # [B, T]
         with tf.GradientTape() as tape:
             # R2D2 in one unroll: the burn-in warms the stored state; the trace is trained; the last
             # n_step rows, unrolled on from the trace's final state, only pick the double-Q
@@ -295,18 +304,26 @@ class RDQNLearner:
             # so no backward runs over the burn-in or the tail.
             stop = None if cfg.double_q else bi + tl  # without double Q no tail is needed
             segments, _ = self.online_q.unroll_segments(
-                time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl)
+                time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl), all_heads=twin
             )
             q_trace, q_tail = segments[1], segments[2]
-            action = batch["action"][:, bi : bi + tl]
-            q_taken = tf.gather(q_trace, action, batch_dims=2)  # [B, T]
+            if twin:  # every head's value of the action taken: [B, T, 2]
+                q_taken = tf.gather(q_trace, tf.stack([action, action], axis=2), batch_dims=3)
+            else:
+                q_taken = tf.gather(q_trace, action, batch_dims=2)  # [B, T]
             # Bootstrap value V(s_j): double DQN scores the online argmax with the target net.
             if cfg.double_q:
-                q_online = tf.concat([q_trace, q_tail], axis=1)  # [B, T+n, A]
-                greedy = tf.argmax(q_online, axis=-1, output_type=tf.int32)
-                value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)
+                q_online = tf.concat([q_trace, q_tail], axis=1)  # [B, T+n, A] ([B, T+n, 2, A])
+                greedy = tf.argmax(q_online[:, :, 0] if twin else q_online, axis=-1, output_type=tf.int32)
+                if twin:  # the smaller of the two target heads' values of that action
+                    both = tf.gather(q_target[:, bi:], tf.stack([greedy, greedy], axis=2), batch_dims=3)
+                    value = tf.reduce_min(both, axis=-1)
+                else:
+                    value = tf.gather(q_target[:, bi:], greedy, batch_dims=2)
             else:
-                value = tf.reduce_max(q_target[:, bi:], axis=-1)
+                value = tf.reduce_max(q_target[:, bi:], axis=-1)  # [B, T+n] ([B, T+n, 2])
+                if twin:
+                    value = tf.reduce_min(value, axis=-1)
             value = tf.stop_gradient(value)
             if cfg.value_rescaling:  # y = h(sum_k gamma^k r + gamma^n h^-1(Q_target))
                 value = unrescale(value)
@@ -322,11 +339,18 @@ class RDQNLearner:
                 target = rescale(target)
             if cfg.advantage_learning:  # y - alpha (V(s) - Q(s, a)), both from the target net
                 q_now = q_target[:, bi : bi + tl]  # [B, T, A]
+                if twin:
+                    q_now = q_now[:, :, 0]
                 gap = tf.reduce_max(q_now, axis=-1) - tf.gather(q_now, action, batch_dims=2)
                 target = target - cfg.advantage_learning * tf.stop_gradient(gap)  # [B, T]
             mask = batch["valid"][:, bi : bi + tl]
-            td_error = target - q_taken  # [B, T]
-            per_step = huber(td_error, cfg.huber_delta)  # [B, T]
+            if twin:  # both heads learn the one target; the first head's errors are reported
+                td_both = target[:, :, None] - q_taken  # [B, T, 2]
+                per_step = huber(td_both[:, :, 0], cfg.huber_delta) + huber(td_both[:, :, 1], cfg.huber_delta)
+                td_error, q_taken = td_both[:, :, 0], q_taken[:, :, 0]
+            else:
+                td_error = target - q_taken  # [B, T]
+                per_step = huber(td_error, cfg.huber_delta)  # [B, T]
             if self.importance_weights:  # prioritized replay: correct the sampling bias per sequence
                 per_step = per_step * batch["weight"][:, None]
             loss = masked_mean(per_step, mask)

@@ -172,3 +172,48 @@ def test_staleness_is_the_q_gap_between_stored_and_zero_state_at_the_end_of_burn
     learner.step(batch)
     batch["state"][:] = 0.0
     assert learner.step(batch)["charts/staleness_q"] == 0.0
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_twin_q_bootstraps_from_the_smaller_target_head_at_the_online_greedy_action(dueling: bool) -> None:
+    """Clipped double Q: the target's bootstrap value is min over the two target heads of the value
+    of head 0's online argmax; the reported TD error is head 0's; both heads and their EMA twins
+    move; acting (the numpy mirror) follows head 0."""
+    from agents.returns import n_step_targets
+
+    cfg = RDQNConfig(batch_size=4, n_step=2, gamma=0.9, twin_q=True)
+    net_cfg = NetworkConfig(units=8, pre_layers=[8], dueling=dueling, backend="graph")
+    learner = RDQNLearner(cfg, net_cfg, 3, 2, 1, 3)
+    online, target = learner.online_q, learner.target_q
+    assert online.heads == 2 and "target_q/twin_head/kernel" in [v.path for v in target.trainable_variables]
+    # Make the target's heads disagree both ways, so the min picks from each head somewhere.
+    rng = np.random.default_rng(7)
+    for layer in (target.head, target.twin_head, target.value_head, target.twin_value_head):
+        if layer is not None:
+            layer.kernel.assign(rng.normal(size=layer.kernel.shape).astype(np.float32))
+    batch = rdqn_batch(learner, 4, 3, 2, seed=6)
+    obs, first, zero = tf.constant(batch["obs"]), tf.constant(batch["first"]), online.initial_state(4)
+    (q_on,), _ = online.unroll_segments(obs, zero, first, (), all_heads=True)  # [B, L, 2, A]
+    (q_tg,), _ = target.unroll_segments(obs, zero, first, (), all_heads=True)
+    q_on, q_tg = q_on.numpy(), q_tg.numpy()
+    assert q_on.shape == (4, 6, 2, 2)
+    np.testing.assert_allclose(online.unroll(obs, zero, first)[0].numpy(), q_on[:, :, 0], atol=1e-6)
+    greedy = q_on[:, 1:, 0].argmax(axis=-1)  # rows after the 1 burn-in step: [B, T + n]
+    both = np.take_along_axis(q_tg[:, 1:], greedy[:, :, None, None], axis=-1)[..., 0]  # [B, T + n, 2]
+    assert (both[..., 0] < both[..., 1]).any() and (both[..., 1] < both[..., 0]).any()
+    y = n_step_targets(
+        *(batch[k][:, 1:] for k in ("reward", "terminated", "truncated")), both.min(-1), 0.9, 2
+    )
+    taken = np.take_along_axis(q_on[:, 1:4, 0], batch["action"][:, 1:4, None], axis=-1)[..., 0]
+    before = {v.path: v.numpy() for v in (*online.trainable_variables, *target.trainable_variables)}
+    metrics = learner.step(batch)
+    np.testing.assert_allclose(metrics["td_error"], np.asarray(y) - taken, rtol=1e-5, atol=1e-5)
+    for name in ("head", "twin_head"):  # both heads learn; each target head tracks its own online head
+        on, tg = getattr(online, name).kernel, getattr(target, name).kernel
+        assert not np.allclose(on.numpy(), before[on.path])
+        want = before[tg.path] + cfg.tau * (on.numpy() - before[tg.path])
+        np.testing.assert_allclose(tg.numpy(), want, rtol=1e-5, atol=1e-6)
+    mirror = NumpyNetwork(online)
+    out, _ = mirror.step(batch["obs"][:, 0], mirror.initial_state(4))
+    (q_new,), _ = online.unroll_segments(obs[:, :1], zero, first[:, :1], (), all_heads=True)
+    np.testing.assert_allclose(out, q_new.numpy()[:, 0, 0], atol=1e-5)
