@@ -204,24 +204,20 @@ class RecurrentNetwork(keras.Model):
         for i, x in zip(live, hs, strict=True):
             for layer in self.post:
                 x = layer(x)
-            out = self._head(x, self.head, self.value_head)
-            if all_heads:
-                heads = (
-                    [out]
-                    if self.twin_head is None
-                    else [out, self._head(x, self.twin_head, self.twin_value_head)]
-                )
-                out = tf.stack(heads, axis=2)  # [B, T, H, O]
-            outputs[i] = out
+            # Each head in turn (the twin only with ``all_heads``). Dueling: advantage mean removed,
+            # so value and advantage are identifiable. Inline, not a helper: the update's call path
+            # stays one pass through this file.
+            pairs = [(self.head, self.value_head)]
+            if all_heads and self.twin_head is not None:
+                pairs.append((self.twin_head, self.twin_value_head))
+            heads = []
+            for head, value_head in pairs:
+                out = head(x)  # [B, T, O]
+                if value_head is not None:
+                    out = value_head(x) + out - tf.reduce_mean(out, axis=-1, keepdims=True)
+                heads.append(out)
+            outputs[i] = tf.stack(heads, axis=2) if all_heads else heads[0]  # [B, T, H, O] | [B, T, O]
         return outputs, final_state
-
-    @staticmethod
-    def _head(x: tf.Tensor, head: keras.layers.Dense, value_head: keras.layers.Dense | None) -> tf.Tensor:
-        """Features ``[B, T, U]`` -> one head's outputs ``[B, T, O]``."""
-        if value_head is None:
-            return head(x)
-        advantage = head(x)  # dueling: advantage mean removed, so value and advantage are identifiable
-        return value_head(x) + advantage - tf.reduce_mean(advantage, axis=-1, keepdims=True)
 
     def call(self, inputs: Inputs | tf.Tensor) -> tf.Tensor:
         """Keras entry point: unroll from a zero state with no resets; ``[B, T, ...] -> [B, T, O]``."""
