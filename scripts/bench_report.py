@@ -31,6 +31,12 @@ def format_learner(rows: list[dict], header: bool = True) -> str:
                 f"{r['uniform_replay_updates_per_s']:.1f} upd/s, prioritized (sample + priority update) "
                 f"{r['prioritized_updates_per_s']:.1f} upd/s = {r['prioritized_vs_uniform']:.3f}x"
             )
+        if r.get("twin_q_vs_single") is not None:
+            lines.append(
+                f"  {r['agent']} {r['cell']}-{r['units']} B={r['batch_size']} with clipped double Q "
+                f"(agent.twin_q=true): {r['twin_q_updates_per_s']:.1f} upd/s = {r['twin_q_vs_single']:.3f}x "
+                "the single head"
+            )
     return "\n".join(lines)
 
 

@@ -6,7 +6,8 @@ tables in Markdown beside it (``.md``):
 * learner updates/s at the canonical shapes (rdqn on cartpole_p, rddpg on pendulum_p; B, cell and
   units from ``bench.learner.*``), each next to the same-run fp32 GEMM rate, giving the FLOP
   efficiency, and (``bench.learner.compare``) next to the reference ``tf.scan`` path and a stock
-  Keras LSTM/GRU step of the same shape;
+  Keras LSTM/GRU step of the same shape; rdqn rows compared also time updates fed from a full
+  replay (uniform against prioritized) and with clipped double Q (``agent.twin_q=true``);
 * target-update time per call, fused against per-variable eager assigns;
 * acting env steps/s (numpy recurrent policy + replay writes) next to raw SyncVectorEnv stepping;
 * with ``bench.learning=true``: time-to-threshold runs over seeds and a learning-curve PNG;
@@ -60,7 +61,8 @@ class LearnerBench:
     # Interleaved timing rounds per row (medians reported) and updates per round.
     rounds: int = 5
     updates_per_round: int = 5
-    # Also time the reference tf.scan path and a stock Keras step: all | canonical (units 128, B 32) | none.
+    # Also time the reference tf.scan path and a stock Keras step (rdqn: uniform and prioritized
+    # replay, clipped double Q): all | canonical (units 128, B 32) | none.
     compare: str = "canonical"
     # First, one row at the default training shapes (conf/config.yaml as is), compared like canonical.
     default_row: bool = True

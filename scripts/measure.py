@@ -262,6 +262,9 @@ def learner_row(
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
         if config.agent.kind == "rdqn":
             cases.update(replay_cases(compose, overrides, seed))
+            # clipped double Q: a second [B, T, A] head and the min of the two target heads
+            twin = _build_learner(compose, [*overrides, "agent.twin_q=true"], None, seed)
+            cases["twin_q"] = lambda: twin[2].step(twin[3])
     rates: dict[str, list[float]] = {k: [] for k in cases}
     cpu: dict[str, list[float]] = {k: [] for k in cases}
     gflops = []
@@ -285,6 +288,9 @@ def learner_row(
         row["uniform_replay_updates_per_s"] = median(rates["uniform_replay"])
         row["prioritized_updates_per_s"] = median(rates["prioritized"])
         row["prioritized_vs_uniform"] = median(rates["prioritized"]) / median(rates["uniform_replay"])
+    if "twin_q" in rates:  # the same synthetic batch as the fast case, same rounds
+        row["twin_q_updates_per_s"] = median(rates["twin_q"])
+        row["twin_q_vs_single"] = median(rates["twin_q"]) / ups
     for key in ("reference", "graph", "keras"):
         if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
@@ -326,6 +332,8 @@ def _learner_row(config: Config, learner, compile_s: float, gemm_gflops: float) 
         "uniform_replay_updates_per_s": None,
         "prioritized_updates_per_s": None,
         "prioritized_vs_uniform": None,
+        "twin_q_updates_per_s": None,
+        "twin_q_vs_single": None,
         "load_1min": load_1min(),
     }
 
