@@ -263,8 +263,8 @@ def learner_row(
         if config.agent.kind == "rdqn":
             cases.update(replay_cases(compose, overrides, seed))
             # clipped double Q: a second [B, T, A] head and the min of the two target heads
-            twin = _build_learner(compose, [*overrides, "agent.twin_q=true"], None, seed)
-            cases["twin_q"] = lambda: twin[2].step(twin[3])
+            twin = _build_learner(compose, [*overrides, "agent.twin_q=true"], None, seed)[2]
+            cases["twin_q"] = lambda: twin.step(batch)
     rates: dict[str, list[float]] = {k: [] for k in cases}
     cpu: dict[str, list[float]] = {k: [] for k in cases}
     gflops = []
