@@ -23,7 +23,7 @@ from agents.networks import (
 )
 from agents.optim import FusedAdam
 from agents.policies import EpsilonGreedy, extra_features, extras_width
-from agents.returns import huber, masked_mean, n_step_targets, rescale, unrescale
+from agents.returns import huber, lambda_targets, masked_mean, n_step_targets, rescale, unrescale
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
 from envs.spaces import Observation, vector_observation
@@ -48,8 +48,15 @@ class RDQNConfig:
     name: str = "rdqn"
     # Discount factor, in [0, 1].
     gamma: float = 0.98
-    # Steps of lookahead in the TD target (>= 1).
+    # Steps of lookahead in the TD target (>= 1). With td_lambda set, the lookahead of the last
+    # trace step (the window holds n_step rows past the trace; earlier steps see further).
     n_step: int = 3
+    # Peng's Q(lambda) targets in [0, 1] instead of n-step ones: each trace step's target mixes its
+    # 1-, 2-, ... step returns with weights (1 - lambda) lambda^(n-1), up to the window's end
+    # (agents.returns.lambda_targets). Small lambda keeps the target close to the one-step one,
+    # whose only sampled reward is the step's own, while still carrying some credit several steps
+    # back. null = n-step targets.
+    td_lambda: float | None = None
     # Adam learning rate.
     lr: float = 1e-3
     # Anneal the learning rate linearly from lr to lr_end over lr_decay_updates updates, then keep
@@ -111,6 +118,9 @@ class RDQNConfig:
         check(self.lr_decay_updates >= 1, "agent.lr_decay_updates", self.lr_decay_updates, "integers >= 1")
         alpha = self.advantage_learning
         check(finite(alpha) and 0 <= alpha < 1, "agent.advantage_learning", alpha, "[0, 1)")
+        lam = self.td_lambda
+        if lam is not None:
+            check(finite(lam) and 0 <= lam <= 1, "agent.td_lambda", lam, "[0, 1] or null")
         every = self.staleness_every
         check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 
@@ -327,14 +337,11 @@ class RDQNLearner:
             value = tf.stop_gradient(value)
             if cfg.value_rescaling:  # y = h(sum_k gamma^k r + gamma^n h^-1(Q_target))
                 value = unrescale(value)
-            target = n_step_targets(
-                batch["reward"][:, bi:],
-                batch["terminated"][:, bi:],
-                batch["truncated"][:, bi:],
-                value,
-                cfg.gamma,
-                cfg.n_step,
-            )
+            outcome = [batch[k][:, bi:] for k in ("reward", "terminated", "truncated")]  # [B, T+n]
+            if cfg.td_lambda is None:
+                target = n_step_targets(*outcome, value, cfg.gamma, cfg.n_step)
+            else:
+                target = lambda_targets(*outcome, value, cfg.gamma, cfg.td_lambda, tl)
             if cfg.value_rescaling:
                 target = rescale(target)
             if cfg.advantage_learning:  # y - alpha (V(s) - Q(s, a)), both from the target net

@@ -1,4 +1,4 @@
-"""n-step TD targets for sequences, shared by every agent.
+"""n-step and lambda-return TD targets for sequences, shared by every agent.
 
 For a trace step ``t`` with ``n`` steps of lookahead (all ``[B, T]``)::
 
@@ -51,6 +51,52 @@ def n_step_targets(
         alive = alive * (1.0 - end_k)
     boot += alive * (gamma**n_step) * next_value[:, n_step : n_step + trace]
     return tf.stop_gradient(ret + boot)
+
+
+def lambda_targets(
+    reward: tf.Tensor,
+    terminated: tf.Tensor,
+    truncated: tf.Tensor,
+    next_value: tf.Tensor,
+    gamma: float,
+    lam: float,
+    trace: int,
+) -> tf.Tensor:
+    """Peng's Q(lambda) targets for the first ``trace`` steps of a window, truncated at its end.
+
+    Computed backwards over the window's ``L`` rows (no off-policy correction, as in Peng's Q(lambda))::
+
+        G_{L-1} = V(s_{L-1})
+        G_j     = r_j + gamma * ((1 - lambda) V(s_{j+1}) + lambda G_{j+1})
+
+    so ``G_t = (1 - lambda) sum_n lambda^(n-1) y_t^(n)`` over the n-step targets that fit in the
+    window, with the remaining weight on the longest one. ``lambda = 0`` gives one-step targets;
+    ``lambda = 1`` the discounted rewards to the window's end plus its last bootstrap value.
+    Episode ends cut the recursion as in :func:`n_step_targets`: after a termination nothing is
+    added; after a truncation only ``gamma V`` of the final-observation row.
+
+    Args:
+        reward, terminated, truncated: ``[B, L]`` float, outcome of the action at each row.
+        next_value: ``[B, L]`` bootstrap value ``V(s_j)`` of the observation at each row ``j``.
+        gamma: discount.
+        lam: lambda in ``[0, 1]``.
+        trace: number of leading rows to return targets for, ``1 <= trace < L``.
+
+    Returns:
+        ``[B, trace]`` targets (no gradient flows through them).
+    """
+    length = reward.shape[1]
+    truncated = truncated * (1.0 - terminated)  # both at once is a true end
+    ret = next_value[:, length - 1]  # [B]
+    out = []
+    for j in range(length - 2, -1, -1):
+        v_next = next_value[:, j + 1]
+        mixed = (1.0 - lam) * v_next + lam * ret
+        carry = truncated[:, j] * v_next + (1.0 - truncated[:, j]) * mixed
+        ret = reward[:, j] + gamma * (1.0 - terminated[:, j]) * carry
+        if j < trace:
+            out.append(ret)
+    return tf.stop_gradient(tf.stack(out[::-1], axis=1))
 
 
 def masked_mean(x: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:

@@ -89,6 +89,35 @@ def test_advantage_learning_lowers_the_target_by_alpha_times_the_action_gap() ->
         RDQNConfig(advantage_learning=1.0).validate()
 
 
+def test_td_lambda_learner_at_lambda_0_and_1_matches_the_one_and_n_step_learners() -> None:
+    """lambda = 0 trains on one-step targets whatever the window; lambda = 1 gives the last trace step
+    the n-step target and earlier steps longer returns; out-of-range lambda names the key."""
+    net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
+    cfg = RDQNConfig(batch_size=4, n_step=3, gamma=0.9)
+
+    def pair(lam: float, plain_n: int) -> tuple[RDQNLearner, RDQNLearner]:
+        lam_learner = RDQNLearner(dataclasses.replace(cfg, td_lambda=lam), net, 3, 2, 1, 3)
+        plain = RDQNLearner(dataclasses.replace(cfg, n_step=plain_n), net, 3, 2, 1, 3)
+        plain.online_q.set_weights(lam_learner.online_q.get_weights())
+        plain.target_q.set_weights(lam_learner.target_q.get_weights())
+        return lam_learner, plain
+
+    lam0, one = pair(0.0, 1)
+    batch = rdqn_batch(lam0, 4, 3, 2, seed=5)  # L = 1 + 3 + 3 rows
+    batch["terminated"][1, 2] = 1.0
+    batch["first"][1, 3] = 1.0
+    short = {k: v[:, : one.seq_len] if v.ndim > 1 and k != "state" else v for k, v in batch.items()}
+    got, want = lam0.step(batch)["td_error"], one.step(short)["td_error"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    lam1, n3 = pair(1.0, 3)
+    got, want = lam1.step(batch)["td_error"], n3.step(batch)["td_error"]
+    np.testing.assert_allclose(got[:, -1], want[:, -1], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got[0, 0], want[0, 0])  # step 0 looks 5 steps ahead, not 3
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match=r"agent.td_lambda"):
+            RDQNConfig(td_lambda=bad).validate()
+
+
 def test_learning_rate_anneals_linearly_then_holds() -> None:
     cfg = RDQNConfig(batch_size=4, n_step=2, lr=1e-3, lr_end=1e-4, lr_decay_updates=4)
     learner = RDQNLearner(cfg, NetworkConfig(units=8, pre_layers=[8], backend="graph"), 3, 2, 1, 3)

@@ -1,4 +1,4 @@
-"""n-step double-DQN targets and the masked Huber loss against hand-computed values."""
+"""n-step and lambda-return double-DQN targets and the masked Huber loss against hand-computed values."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from agents.networks import NetworkConfig
 from agents.rdqn import RDQNConfig, RDQNLearner
-from agents.returns import huber, masked_mean, n_step_targets
+from agents.returns import huber, lambda_targets, masked_mean, n_step_targets
 from tests.helpers import rdqn_batch
 
 
@@ -33,6 +33,45 @@ def test_truncated_and_terminated_together_is_terminal() -> None:
     one = tf.ones([1, 2])
     got = n_step_targets(one, one, one, 100 * one, 0.9, 1).numpy()
     np.testing.assert_allclose(got, [[1.0]])
+
+
+def test_lambda_targets_by_hand() -> None:
+    g, lam = 0.5, 0.25
+    reward = tf.constant([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
+    terminated = tf.constant([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0]])  # ends after row 2's action
+    truncated = tf.constant([[0.0, 0.0, 0.0, 0.0, 1.0, 0.0]])  # time limit after row 4's action
+    value = tf.constant([[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]])
+    got = lambda_targets(reward, terminated, truncated, value, g, lam, 4).numpy()[0]
+    g4 = 5 + g * 60  # truncated: only the final observation's value
+    g3 = 4 + g * ((1 - lam) * 50 + lam * g4)
+    g2 = 3.0  # terminated: nothing after it
+    g1 = 2 + g * ((1 - lam) * 30 + lam * g2)
+    g0 = 1 + g * ((1 - lam) * 20 + lam * g1)
+    np.testing.assert_allclose(got, [g0, g1, g2, g3], rtol=1e-6)
+
+
+def test_lambda_targets_are_the_lambda_weighted_mix_of_n_step_targets() -> None:
+    """Backward recursion == forward definition (1 - lam) sum_n lam^(n-1) y^(n), the longest n-step
+    target that fits in the window taking the remaining weight; lam = 0 is the one-step target."""
+    rng = np.random.default_rng(0)
+    b, length, trace, g = 3, 9, 6, 0.9
+    reward = rng.normal(size=(b, length)).astype(np.float32)
+    value = rng.normal(size=(b, length)).astype(np.float32)
+    terminated = (rng.random((b, length)) < 0.1).astype(np.float32)
+    truncated = (rng.random((b, length)) < 0.1).astype(np.float32)
+    assert terminated.any() and truncated.any()
+    ys = {n: n_step_targets(reward, terminated, truncated, value, g, n).numpy() for n in range(1, length)}
+    for lam in (0.0, 0.3, 1.0):
+        got = lambda_targets(reward, terminated, truncated, value, g, lam, trace).numpy()
+        want = np.zeros((b, trace))
+        for t in range(trace):
+            longest = length - 1 - t
+            for n in range(1, longest):
+                want[:, t] += (1 - lam) * lam ** (n - 1) * ys[n][:, t]
+            want[:, t] += lam ** (longest - 1) * ys[longest][:, t]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    one_step = lambda_targets(reward, terminated, truncated, value, g, 0.0, trace).numpy()
+    np.testing.assert_allclose(one_step, ys[1][:, :trace], rtol=1e-6)
 
 
 def test_huber_and_masked_mean() -> None:
