@@ -337,7 +337,8 @@ class RDQNLearner:
             value = tf.stop_gradient(value)
             if cfg.value_rescaling:  # y = h(sum_k gamma^k r + gamma^n h^-1(Q_target))
                 value = unrescale(value)
-            outcome = [batch[k][:, bi:] for k in ("reward", "terminated", "truncated")]  # [B, T+n]
+            # the outcome of each row's action, [B, T+n] each
+            outcome = (batch["reward"][:, bi:], batch["terminated"][:, bi:], batch["truncated"][:, bi:])
             if cfg.td_lambda is None:
                 target = n_step_targets(*outcome, value, cfg.gamma, cfg.n_step)
             else:
