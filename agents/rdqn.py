@@ -92,7 +92,7 @@ class RDQNConfig:
     # eps_i = 0.4 ** (1 + 7 i / (N - 1)).
     epsilon_ladder: bool = False
     # Learn Q in R2D2's rescaled space h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x: bootstrap values
-    # are mapped back with h^-1 before the n-step target, which is then mapped with h.
+    # are mapped back with h^-1 before the n-step (or lambda) target, which is then mapped with h.
     value_rescaling: bool = False
     # Advantage learning (Bellemare et al. 2016), in [0, 1): the TD target loses
     # alpha * (max_a Q_target(s, a) - Q_target(s, a_taken)), which widens the gap between the
@@ -335,7 +335,7 @@ class RDQNLearner:
                 if twin:
                     value = tf.reduce_min(value, axis=-1)
             value = tf.stop_gradient(value)
-            if cfg.value_rescaling:  # y = h(sum_k gamma^k r + gamma^n h^-1(Q_target))
+            if cfg.value_rescaling:  # y = h(the return built on h^-1(Q_target))
                 value = unrescale(value)
             # the outcome of each row's action, [B, T+n] each
             outcome = (batch["reward"][:, bi:], batch["terminated"][:, bi:], batch["truncated"][:, bi:])
