@@ -155,6 +155,9 @@ def validate_common(a: Any) -> None:
     check(finite(a.tau) and 0 < a.tau <= 1, "agent.tau", a.tau, "(0, 1]")
     check(finite(a.gamma) and 0 <= a.gamma <= 1, "agent.gamma", a.gamma, "[0, 1]")
     check(a.n_step >= 1, "agent.n_step", a.n_step, "integers >= 1")
+    lam = getattr(a, "td_lambda", None)
+    if lam is not None:
+        check(finite(lam) and 0 <= lam <= 1, "agent.td_lambda", lam, "[0, 1] or null")
     check(a.batch_size >= 1, "agent.batch_size", a.batch_size, "integers >= 1")
     check(finite(a.lr) and a.lr > 0, "agent.lr", a.lr, "> 0")
     check(a.target_update_period >= 1, "agent.target_update_period", a.target_update_period, ">= 1")

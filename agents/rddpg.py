@@ -6,6 +6,7 @@ burn-in, stored state and n-step returns as :mod:`agents.rdqn`. One compiled ste
     a'_j = clip(mu'(h_j) + clip(N(0, target_noise^2), -noise_clip, noise_clip), -1, 1)
     V(s_j) = min_i Q'_i(h_j, a'_j)                       # min over twin critics (one if not twin)
     y_t = n-step return + gamma^n V(s_{t+n})             # agents.returns.n_step_targets
+        (or Peng's lambda-return with agent.td_lambda)   # agents.returns.lambda_targets
     critic loss = sum_i mean_valid (y_t - Q_i(h_t, a_t))^2
     actor loss  = mean_valid -Q_1(h_t, mu(h_t)) + c pre_t^2    # every policy_delay updates
     targets <- targets + tau * (online - targets)        # every target_update_period updates
@@ -37,7 +38,7 @@ from agents.policies import (
     extras_width,
     network_inputs,
 )
-from agents.returns import masked_mean, n_step_targets
+from agents.returns import lambda_targets, masked_mean, n_step_targets
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
 from envs.spaces import Observation, vector_observation
@@ -57,8 +58,13 @@ class RDDPGConfig:
     name: str = "rddpg"
     # Discount factor, in [0, 1].
     gamma: float = 0.99
-    # Steps of lookahead in the TD target (>= 1).
+    # Steps of lookahead in the TD target (>= 1). With td_lambda set, the lookahead of the last
+    # trace step (the window holds n_step rows past the trace; earlier steps see further).
     n_step: int = 2
+    # Peng's Q(lambda) targets in [0, 1] instead of n-step ones: each trace step's target mixes its
+    # 1-, 2-, ... step returns with weights (1 - lambda) lambda^(n-1), up to the window's end
+    # (agents.returns.lambda_targets). null = n-step targets.
+    td_lambda: float | None = None
     # Adam learning rate of actor and critic, unless actor_lr / critic_lr set their own.
     lr: float = 1e-3
     # Actor learning rate (null: agent.lr).
@@ -284,14 +290,11 @@ class RDDPGLearner:
         actor_state = split_state(batch["state"], self.online_actor.state_sizes)
         noise = cfg.target_noise * self.noise_rng.normal(tf.shape(action))
         value = self.bootstrap_value(x, actor_state, first, noise)  # [B, L]
-        target = n_step_targets(
-            batch["reward"][:, bi:],
-            batch["terminated"][:, bi:],
-            batch["truncated"][:, bi:],
-            value[:, bi:],
-            cfg.gamma,
-            cfg.n_step,
-        )  # [B, T]
+        outcome = (batch["reward"][:, bi:], batch["terminated"][:, bi:], batch["truncated"][:, bi:])
+        if cfg.td_lambda is None:
+            target = n_step_targets(*outcome, value[:, bi:], cfg.gamma, cfg.n_step)  # [B, T]
+        else:
+            target = lambda_targets(*outcome, value[:, bi:], cfg.gamma, cfg.td_lambda, tl)  # [B, T]
         critic_state = actor_state if cfg.shared_core else self.online_critic.initial_state(cfg.batch_size)
         if bi > 0:  # R2D2 burn-in: warm the online states, no gradient
             _, critic_state = self.online_critic.encode(time_slice(x, 0, bi), critic_state, first[:, :bi])

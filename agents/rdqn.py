@@ -118,9 +118,6 @@ class RDQNConfig:
         check(self.lr_decay_updates >= 1, "agent.lr_decay_updates", self.lr_decay_updates, "integers >= 1")
         alpha = self.advantage_learning
         check(finite(alpha) and 0 <= alpha < 1, "agent.advantage_learning", alpha, "[0, 1)")
-        lam = self.td_lambda
-        if lam is not None:
-            check(finite(lam) and 0 <= lam <= 1, "agent.td_lambda", lam, "[0, 1] or null")
         every = self.staleness_every
         check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 

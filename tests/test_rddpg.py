@@ -282,6 +282,31 @@ def test_lstm_learns_continuous_cue_memory_where_mlp_cannot(tmp_path):
     assert mlp < 0.4, mlp
 
 
+def test_td_lambda_critic_targets_at_lambda_0_and_1_match_the_one_and_n_step_ones():
+    """lambda = 0 gives every trace step the one-step target whatever the window; lambda = 1 gives
+    the last trace step the n-step target and earlier ones longer returns (TD3 twins on)."""
+
+    def pair(lam: float, plain_n: int) -> tuple[RDDPGLearner, RDDPGLearner]:
+        lam_learner = make_learner(n_step=3, gamma=0.9, td_lambda=lam, twin_critics=True)
+        plain = make_learner(n_step=plain_n, gamma=0.9, twin_critics=True)
+        for name in ("online_actor", "online_critic", "target_actor", "target_critic"):
+            getattr(plain, name).set_weights(getattr(lam_learner, name).get_weights())
+        return lam_learner, plain
+
+    lam0, one = pair(0.0, 1)
+    batch = random_batch(lam0, seed=4)  # L = 2 + 5 + 3 rows
+    batch["terminated"][1, 4] = 1.0
+    batch["first"][1, 5] = 1.0
+    short = {k: v[:, : one.seq_len] if k != "state" else v for k, v in batch.items()}
+    got, want = lam0.step(batch), one.step(short)
+    for key in ("critic1_td_error", "critic2_td_error"):
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
+    lam1, n3 = pair(1.0, 3)
+    got, want = lam1.step(batch)["critic1_td_error"], n3.step(batch)["critic1_td_error"]
+    np.testing.assert_allclose(got[:, -1], want[:, -1], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got[0, 0], want[0, 0])  # step 0 looks 7 steps ahead, not 3
+
+
 @pytest.mark.parametrize(
     "agent, network, message",
     [

@@ -91,7 +91,7 @@ def test_advantage_learning_lowers_the_target_by_alpha_times_the_action_gap() ->
 
 def test_td_lambda_learner_at_lambda_0_and_1_matches_the_one_and_n_step_learners() -> None:
     """lambda = 0 trains on one-step targets whatever the window; lambda = 1 gives the last trace step
-    the n-step target and earlier steps longer returns; out-of-range lambda names the key."""
+    the n-step target and earlier steps longer returns."""
     net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
     cfg = RDQNConfig(batch_size=4, n_step=3, gamma=0.9)
 
@@ -113,9 +113,6 @@ def test_td_lambda_learner_at_lambda_0_and_1_matches_the_one_and_n_step_learners
     got, want = lam1.step(batch)["td_error"], n3.step(batch)["td_error"]
     np.testing.assert_allclose(got[:, -1], want[:, -1], rtol=1e-5, atol=1e-5)
     assert not np.allclose(got[0, 0], want[0, 0])  # step 0 looks 5 steps ahead, not 3
-    for bad in (-0.1, 1.5, float("nan")):
-        with pytest.raises(ConfigError, match=r"agent.td_lambda"):
-            RDQNConfig(td_lambda=bad).validate()
 
 
 def test_learning_rate_anneals_linearly_then_holds() -> None:
