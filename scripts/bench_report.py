@@ -37,6 +37,12 @@ def format_learner(rows: list[dict], header: bool = True) -> str:
                 f"(agent.twin_q=true): {r['twin_q_updates_per_s']:.1f} upd/s = {r['twin_q_vs_single']:.3f}x "
                 "the single head"
             )
+        if r.get("td_lambda_vs_n_step") is not None:
+            lines.append(
+                f"  {r['agent']} {r['cell']}-{r['units']} B={r['batch_size']} with Peng's Q(lambda) targets "
+                f"(agent.td_lambda=0.5): {r['td_lambda_updates_per_s']:.1f} upd/s = "
+                f"{r['td_lambda_vs_n_step']:.3f}x the n-step targets"
+            )
     return "\n".join(lines)
 
 

@@ -243,6 +243,12 @@ def replay_cases(compose: Compose, overrides: list[str], seed: int) -> dict[str,
     return cases
 
 
+# Options whose cost the compared learner rows time on the fast case's batch: clipped double Q (a
+# second [B, T, A] head and the min of the two target heads; rdqn only) and Peng's Q(lambda)
+# targets (a backward recursion over the window instead of the n-step sums).
+VARIANTS = {"twin_q": "agent.twin_q=true", "td_lambda": "agent.td_lambda=0.5"}
+
+
 def learner_row(
     compose: Compose, overrides: list[str], gemm: Gemm, rounds: int, calls: int, compare: bool, seed: int
 ) -> dict:
@@ -262,9 +268,10 @@ def learner_row(
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
         if config.agent.kind == "rdqn":
             cases.update(replay_cases(compose, overrides, seed))
-            # clipped double Q: a second [B, T, A] head and the min of the two target heads
-            twin = _build_learner(compose, [*overrides, "agent.twin_q=true"], None, seed)[2]
-            cases["twin_q"] = lambda: twin.step(batch)
+        for key, extra in VARIANTS.items():  # the same batch through a learner with one option on
+            if key != "twin_q" or config.agent.kind == "rdqn":
+                variant = _build_learner(compose, [*overrides, extra], None, seed)[2]
+                cases[key] = lambda variant=variant: variant.step(batch)
     rates: dict[str, list[float]] = {k: [] for k in cases}
     cpu: dict[str, list[float]] = {k: [] for k in cases}
     gflops = []
@@ -288,9 +295,10 @@ def learner_row(
         row["uniform_replay_updates_per_s"] = median(rates["uniform_replay"])
         row["prioritized_updates_per_s"] = median(rates["prioritized"])
         row["prioritized_vs_uniform"] = median(rates["prioritized"]) / median(rates["uniform_replay"])
-    if "twin_q" in rates:  # the same synthetic batch as the fast case, same rounds
-        row["twin_q_updates_per_s"] = median(rates["twin_q"])
-        row["twin_q_vs_single"] = median(rates["twin_q"]) / ups
+    for key, ratio in (("twin_q", "twin_q_vs_single"), ("td_lambda", "td_lambda_vs_n_step")):
+        if key in rates:  # the same synthetic batch as the fast case, same rounds
+            row[f"{key}_updates_per_s"] = median(rates[key])
+            row[ratio] = median(rates[key]) / ups
     for key in ("reference", "graph", "keras"):
         if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
@@ -334,6 +342,8 @@ def _learner_row(config: Config, learner, compile_s: float, gemm_gflops: float) 
         "prioritized_vs_uniform": None,
         "twin_q_updates_per_s": None,
         "twin_q_vs_single": None,
+        "td_lambda_updates_per_s": None,
+        "td_lambda_vs_n_step": None,
         "load_1min": load_1min(),
     }
 
