@@ -243,10 +243,14 @@ def replay_cases(compose: Compose, overrides: list[str], seed: int) -> dict[str,
     return cases
 
 
-# Options whose cost the compared learner rows time on the fast case's batch: clipped double Q (a
-# second [B, T, A] head and the min of the two target heads; rdqn only) and Peng's Q(lambda)
-# targets (a backward recursion over the window instead of the n-step sums).
-VARIANTS = {"twin_q": "agent.twin_q=true", "td_lambda": "agent.td_lambda=0.5"}
+# Options whose cost the compared learner rows time on the fast case's batch, in the same rounds:
+# case key -> (override, agent kinds that take it, the row's ratio key). Clipped double Q adds a
+# second [B, T, A] head and the min of the two target heads; Peng's Q(lambda) targets are a backward
+# recursion over the window instead of the n-step sums.
+VARIANTS = {
+    "twin_q": ("agent.twin_q=true", ("rdqn",), "twin_q_vs_single"),
+    "td_lambda": ("agent.td_lambda=0.5", ("rdqn", "rddpg"), "td_lambda_vs_n_step"),
+}
 
 
 def learner_row(
@@ -268,8 +272,8 @@ def learner_row(
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
         if config.agent.kind == "rdqn":
             cases.update(replay_cases(compose, overrides, seed))
-        for key, extra in VARIANTS.items():  # the same batch through a learner with one option on
-            if key != "twin_q" or config.agent.kind == "rdqn":
+        for key, (extra, kinds, _) in VARIANTS.items():  # the same batch, one option on
+            if config.agent.kind in kinds:
                 variant = _build_learner(compose, [*overrides, extra], None, seed)[2]
                 cases[key] = lambda variant=variant: variant.step(batch)
     rates: dict[str, list[float]] = {k: [] for k in cases}
@@ -295,8 +299,8 @@ def learner_row(
         row["uniform_replay_updates_per_s"] = median(rates["uniform_replay"])
         row["prioritized_updates_per_s"] = median(rates["prioritized"])
         row["prioritized_vs_uniform"] = median(rates["prioritized"]) / median(rates["uniform_replay"])
-    for key, ratio in (("twin_q", "twin_q_vs_single"), ("td_lambda", "td_lambda_vs_n_step")):
-        if key in rates:  # the same synthetic batch as the fast case, same rounds
+    for key, (_, _, ratio) in VARIANTS.items():
+        if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
             row[ratio] = median(rates[key]) / ups
     for key in ("reference", "graph", "keras"):
