@@ -38,7 +38,7 @@ from agents.policies import (
     extras_width,
     network_inputs,
 )
-from agents.returns import lambda_targets, masked_mean, n_step_targets
+from agents.returns import masked_mean, td_targets
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
 from envs.spaces import Observation, vector_observation
@@ -291,10 +291,7 @@ class RDDPGLearner:
         noise = cfg.target_noise * self.noise_rng.normal(tf.shape(action))
         value = self.bootstrap_value(x, actor_state, first, noise)  # [B, L]
         outcome = (batch["reward"][:, bi:], batch["terminated"][:, bi:], batch["truncated"][:, bi:])
-        if cfg.td_lambda is None:
-            target = n_step_targets(*outcome, value[:, bi:], cfg.gamma, cfg.n_step)  # [B, T]
-        else:
-            target = lambda_targets(*outcome, value[:, bi:], cfg.gamma, cfg.td_lambda, tl)  # [B, T]
+        target = td_targets(*outcome, value[:, bi:], cfg.gamma, cfg.n_step, cfg.td_lambda, tl)  # [B, T]
         critic_state = actor_state if cfg.shared_core else self.online_critic.initial_state(cfg.batch_size)
         if bi > 0:  # R2D2 burn-in: warm the online states, no gradient
             _, critic_state = self.online_critic.encode(time_slice(x, 0, bi), critic_state, first[:, :bi])

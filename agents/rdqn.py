@@ -23,7 +23,7 @@ from agents.networks import (
 )
 from agents.optim import FusedAdam
 from agents.policies import EpsilonGreedy, extra_features, extras_width
-from agents.returns import huber, lambda_targets, masked_mean, n_step_targets, rescale, unrescale
+from agents.returns import huber, masked_mean, rescale, td_targets, unrescale
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
 from envs.spaces import Observation, vector_observation
@@ -336,10 +336,7 @@ class RDQNLearner:
                 value = unrescale(value)
             # the outcome of each row's action, [B, T+n] each
             outcome = (batch["reward"][:, bi:], batch["terminated"][:, bi:], batch["truncated"][:, bi:])
-            if cfg.td_lambda is None:
-                target = n_step_targets(*outcome, value, cfg.gamma, cfg.n_step)
-            else:
-                target = lambda_targets(*outcome, value, cfg.gamma, cfg.td_lambda, tl)
+            target = td_targets(*outcome, value, cfg.gamma, cfg.n_step, cfg.td_lambda, tl)
             if cfg.value_rescaling:
                 target = rescale(target)
             if cfg.advantage_learning:  # y - alpha (V(s) - Q(s, a)), both from the target net

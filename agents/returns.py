@@ -99,6 +99,35 @@ def lambda_targets(
     return tf.stop_gradient(tf.stack(out[::-1], axis=1))
 
 
+def td_targets(
+    reward: tf.Tensor,
+    terminated: tf.Tensor,
+    truncated: tf.Tensor,
+    next_value: tf.Tensor,
+    gamma: float,
+    n_step: int,
+    td_lambda: float | None,
+    trace: int,
+) -> tf.Tensor:
+    """The learners' TD targets: :func:`n_step_targets` or, with ``td_lambda`` set,
+    :func:`lambda_targets` over the same window.
+
+    Args:
+        reward, terminated, truncated, next_value: ``[B, L]`` as in :func:`n_step_targets`, with
+            ``L = trace + n_step``.
+        gamma: discount.
+        n_step: lookahead of the n-step targets (of the last trace step with ``td_lambda``).
+        td_lambda: lambda in ``[0, 1]``, or None for n-step targets.
+        trace: trace steps to return targets for.
+
+    Returns:
+        ``[B, trace]`` targets (no gradient flows through them).
+    """
+    if td_lambda is None:
+        return n_step_targets(reward, terminated, truncated, next_value, gamma, n_step)
+    return lambda_targets(reward, terminated, truncated, next_value, gamma, td_lambda, trace)
+
+
 def masked_mean(x: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """Mean of ``x`` over entries where ``mask`` is 1 (0 if none): ``[B, T] -> []``.
 
