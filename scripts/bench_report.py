@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from scripts.measure import VARIANTS
+
 
 def _fmt(x, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
@@ -31,18 +33,13 @@ def format_learner(rows: list[dict], header: bool = True) -> str:
                 f"{r['uniform_replay_updates_per_s']:.1f} upd/s, prioritized (sample + priority update) "
                 f"{r['prioritized_updates_per_s']:.1f} upd/s = {r['prioritized_vs_uniform']:.3f}x"
             )
-        if r.get("twin_q_vs_single") is not None:
-            lines.append(
-                f"  {r['agent']} {r['cell']}-{r['units']} B={r['batch_size']} with clipped double Q "
-                f"(agent.twin_q=true): {r['twin_q_updates_per_s']:.1f} upd/s = {r['twin_q_vs_single']:.3f}x "
-                "the single head"
-            )
-        if r.get("td_lambda_vs_n_step") is not None:
-            lines.append(
-                f"  {r['agent']} {r['cell']}-{r['units']} B={r['batch_size']} with Peng's Q(lambda) targets "
-                f"(agent.td_lambda=0.5): {r['td_lambda_updates_per_s']:.1f} upd/s = "
-                f"{r['td_lambda_vs_n_step']:.3f}x the n-step targets"
-            )
+        for key, var in VARIANTS.items():
+            if r.get(var.ratio_key) is not None:
+                lines.append(
+                    f"  {r['agent']} {r['cell']}-{r['units']} B={r['batch_size']} with {var.label} "
+                    f"({var.override}): {r[f'{key}_updates_per_s']:.1f} upd/s = {r[var.ratio_key]:.3f}x "
+                    f"{var.against}"
+                )
     return "\n".join(lines)
 
 

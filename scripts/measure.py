@@ -31,6 +31,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -243,13 +244,29 @@ def replay_cases(compose: Compose, overrides: list[str], seed: int) -> dict[str,
     return cases
 
 
-# Options whose cost the compared learner rows time on the fast case's batch, in the same rounds:
-# case key -> (override, agent kinds that take it, the row's ratio key). Clipped double Q adds a
-# second [B, T, A] head and the min of the two target heads; Peng's Q(lambda) targets are a backward
-# recursion over the window instead of the n-step sums.
+class Variant(NamedTuple):
+    """An option whose cost the compared learner rows time on the fast case's batch, same rounds."""
+
+    override: str  # the Hydra override that turns it on
+    kinds: tuple[str, ...]  # agent kinds that take it
+    ratio_key: str  # the row's key for its rate over the fast case's
+    label: str  # what the report calls it
+    against: str  # what the report calls the fast case it is compared with
+
+
+# Clipped double Q adds a second [B, T, A] head and the min of the two target heads; Peng's
+# Q(lambda) targets are a backward recursion over the window instead of the n-step sums.
 VARIANTS = {
-    "twin_q": ("agent.twin_q=true", ("rdqn",), "twin_q_vs_single"),
-    "td_lambda": ("agent.td_lambda=0.5", ("rdqn", "rddpg"), "td_lambda_vs_n_step"),
+    "twin_q": Variant(
+        "agent.twin_q=true", ("rdqn",), "twin_q_vs_single", "clipped double Q", "the single head"
+    ),
+    "td_lambda": Variant(
+        "agent.td_lambda=0.5",
+        ("rdqn", "rddpg"),
+        "td_lambda_vs_n_step",
+        "Peng's Q(lambda) targets",
+        "the n-step targets",
+    ),
 }
 
 
@@ -272,9 +289,9 @@ def learner_row(
             cases["keras"] = lambda: keras_step.step(keras_step.obs).numpy()
         if config.agent.kind == "rdqn":
             cases.update(replay_cases(compose, overrides, seed))
-        for key, (extra, kinds, _) in VARIANTS.items():  # the same batch, one option on
-            if config.agent.kind in kinds:
-                variant = _build_learner(compose, [*overrides, extra], None, seed)[2]
+        for key, var in VARIANTS.items():  # the same batch, one option on
+            if config.agent.kind in var.kinds:
+                variant = _build_learner(compose, [*overrides, var.override], None, seed)[2]
                 cases[key] = lambda variant=variant: variant.step(batch)
     rates: dict[str, list[float]] = {k: [] for k in cases}
     cpu: dict[str, list[float]] = {k: [] for k in cases}
@@ -299,10 +316,10 @@ def learner_row(
         row["uniform_replay_updates_per_s"] = median(rates["uniform_replay"])
         row["prioritized_updates_per_s"] = median(rates["prioritized"])
         row["prioritized_vs_uniform"] = median(rates["prioritized"]) / median(rates["uniform_replay"])
-    for key, (_, _, ratio) in VARIANTS.items():
+    for key, var in VARIANTS.items():
         if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
-            row[ratio] = median(rates[key]) / ups
+            row[var.ratio_key] = median(rates[key]) / ups
     for key in ("reference", "graph", "keras"):
         if key in rates:
             row[f"{key}_updates_per_s"] = median(rates[key])
