@@ -66,7 +66,8 @@ class Learner(Protocol):
         ...
 
     def eval_network(self, which: str) -> Any:
-        """The network a greedy evaluation acts with, ``which`` in ``online|target``; the loop wraps
+        """The network a greedy evaluation acts with, ``which`` in ``online|target`` (and ``average``
+        where the config keeps one: ``agent.average_tau``); the loop wraps
         it in :class:`agents.networks.NumpyNetwork` (``[E, F] -> [E, O]`` one step at a time)."""
         ...
 
@@ -161,4 +162,7 @@ def validate_common(a: Any) -> None:
     check(a.batch_size >= 1, "agent.batch_size", a.batch_size, "integers >= 1")
     check(finite(a.lr) and a.lr > 0, "agent.lr", a.lr, "> 0")
     check(a.target_update_period >= 1, "agent.target_update_period", a.target_update_period, ">= 1")
+    average = getattr(a, "average_tau", None)
+    if average is not None:
+        check(finite(average) and 0 < average <= 1, "agent.average_tau", average, "(0, 1] or null")
     check(finite(a.max_grad_norm) and a.max_grad_norm > 0, "agent.max_grad_norm", a.max_grad_norm, "> 0")

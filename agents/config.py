@@ -68,6 +68,10 @@ class TrainConfig:
             _check(val >= 0, f"train.{key}", val, "integers >= 0 (0 = TF's choice)")
 
 
+# Weights a greedy evaluation can act with (average only where agent.average_tau keeps it).
+EVAL_NETWORKS = ("online", "target", "average")
+
+
 @dataclass
 class EvalConfig:
     """Greedy evaluation on separate env instances."""
@@ -76,14 +80,15 @@ class EvalConfig:
     every_env_steps: int = 1_000
     # Greedy episodes per evaluation (run in parallel, one env each).
     episodes: int = 10
-    # Network evaluated: online, or target (the EMA of the online weights, a smoother policy).
+    # Network evaluated: online, target (the EMA of the online weights, a smoother policy) or
+    # average (the slower EMA kept with agent.average_tau).
     network: str = "online"
 
     def validate(self) -> None:
         """Range checks of these fields; raises :class:`ConfigError` naming the first bad key."""
         _check(self.every_env_steps >= 1, "eval.every_env_steps", self.every_env_steps, ">= 1")
         _check(self.episodes >= 1, "eval.episodes", self.episodes, "integers >= 1")
-        _check(self.network in ("online", "target"), "eval.network", self.network, "online|target")
+        _check(self.network in EVAL_NETWORKS, "eval.network", self.network, "|".join(EVAL_NETWORKS))
 
 
 @dataclass
@@ -129,6 +134,9 @@ def validate(config: Config) -> None:
     _validate_capacity(config.replay, training_envs(config), a.n_step)
     config.train.validate()
     config.eval.validate()
+    kept = getattr(a, "average_tau", None) is not None
+    allowed = "online|target (average needs agent.average_tau set: without it no average is kept)"
+    _check(config.eval.network != "average" or kept, "eval.network", config.eval.network, allowed)
 
 
 def _validate_capacity(r: ReplayConfig, num_envs: int, n_step: int) -> None:

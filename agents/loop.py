@@ -315,8 +315,8 @@ def _stop_nonfinite(run: _Run, evals: list[dict], started: float, what: str) -> 
 def _evaluate(run: _Run, recent: deque, started: float) -> dict:
     config, counters, policy = run.config, run.counters, run.policy
     seed = EVAL_SEED_OFFSET + config.seed * 100_003 + counters.evaluations * config.eval.episodes
-    if config.eval.network == "target":  # greedy episodes with the EMA (target) weights
-        policy = with_weights_of(policy, run.learner, "target")
+    if config.eval.network != "online":  # greedy episodes with the target's or the average's weights
+        policy = with_weights_of(policy, run.learner, config.eval.network)
     returns = evaluate(run.eval_env, policy, seed=seed)
     counters.evaluations += 1
     success_return = config.env.success_return

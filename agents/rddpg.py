@@ -77,6 +77,10 @@ class RDDPGConfig:
     tau: float = 0.01
     # Optimiser steps between target updates.
     target_update_period: int = 1
+    # EMA rate of a third copy of the actor, the average, in (0, 1] (null: none kept). It follows
+    # the online actor after every update, like the target but at its own (slower) rate, and only
+    # evaluation and export act with it (eval.network=average).
+    average_tau: float | None = None
     # Global gradient-norm clip, applied to actor and critic gradients separately.
     max_grad_norm: float = 10.0
     # Exploration noise added to the actor's action: gaussian | ou (Ornstein-Uhlenbeck).
@@ -192,6 +196,14 @@ class RDDPGLearner:
         pairs = {(self.online_actor, self.target_actor), (self.online_critic, self.target_critic)}
         self.targets = TargetUpdater(sorted(pairs, key=lambda p: p[0].name))
         self.targets.copy()  # the first TD targets come from the same functions as the online nets
+        self.average_actor: ActorCriticNetwork | None = None
+        self.averager: TargetUpdater | None = None
+        if config.average_tau is not None:  # built last: the other networks' seeded weights stay
+            self.average_actor, _ = actor_and_critic(
+                network, self.observation, self.extras_dim, a, critics, config.shared_core, "average"
+            )
+            self.averager = TargetUpdater([(self.online_actor, self.average_actor)])
+            self.averager.copy()
         self.actor_variables, self.critic_variables = trained_by_each_loss(
             self.online_actor, self.online_critic
         )
@@ -219,9 +231,8 @@ class RDDPGLearner:
 
     def trackables(self) -> dict[str, object]:
         """Objects a checkpoint must hold to resume this learner exactly."""
-        nets = {
-            m.name: m for m in (self.online_actor, self.target_actor, self.online_critic, self.target_critic)
-        }
+        models = (self.online_actor, self.target_actor, self.online_critic, self.target_critic)
+        nets = {m.name: m for m in models + ((self.average_actor,) if self.average_actor else ())}
         return {
             **nets,
             "actor_optimizer": self.actor_optimizer,
@@ -237,10 +248,13 @@ class RDDPGLearner:
         )
 
     def eval_network(self, which: str) -> ActorCriticNetwork:
-        """The actor a greedy evaluation acts with: ``online`` or ``target`` (the EMA actor)."""
+        """The actor a greedy evaluation acts with: ``online``, ``target`` (the EMA actor) or
+        ``average`` (the slower EMA that ``agent.average_tau`` keeps)."""
         nets = {"online": self.online_actor, "target": self.target_actor}
+        if self.average_actor is not None:
+            nets["average"] = self.average_actor
         if which not in nets:
-            raise ValueError(f"eval network {which!r} is unknown: allowed online|target")
+            raise ValueError(f"eval network {which!r} is unknown: allowed {'|'.join(nets)}")
         return nets[which]
 
     def sync_policy(self, policy: DeterministicPolicy) -> None:
@@ -328,6 +342,8 @@ class RDDPGLearner:
             self._actor_grad_norm.assign(actor_grad_norm)
         if self.updates % cfg.target_update_period == 0:
             self.targets.update_in_graph(tf.constant(cfg.tau, tf.float32))
+        if self.averager is not None:  # every update, whatever the target period
+            self.averager.update_in_graph(tf.constant(cfg.average_tau, tf.float32))
         metrics = {
             "critic_loss": critic_loss,
             "actor_loss": actor_loss,

@@ -72,6 +72,11 @@ class RDQNConfig:
     tau: float = 0.01
     # Optimiser steps between target updates.
     target_update_period: int = 1
+    # EMA rate of a third copy of the Q-network, the average, in (0, 1] (null: none kept). It
+    # follows the online weights after every update, like the target but at its own (slower) rate,
+    # and only evaluation and export act with it (eval.network=average): a policy averaged over
+    # about 1 / average_tau updates, which does not follow the online weights into a short dip.
+    average_tau: float | None = None
     # Double DQN: the online network picks the bootstrap action, the target scores it.
     double_q: bool = True
     # Clipped double Q for discrete actions (after Fujimoto et al. 2018): a second Q head on the
@@ -183,6 +188,12 @@ class RDQNLearner:
         self.target_q = RecurrentNetwork(network, self.observation, num_actions, name="target_q", **kw)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
         self.targets.copy()  # the first TD targets must come from the same function as Q
+        self.average_q: RecurrentNetwork | None = None
+        self.averager: TargetUpdater | None = None
+        if config.average_tau is not None:  # built last: the other networks' seeded weights stay
+            self.average_q = RecurrentNetwork(network, self.observation, num_actions, name="average_q", **kw)
+            self.averager = TargetUpdater([(self.online_q, self.average_q)])
+            self.averager.copy()
         self.ladder: np.ndarray | None = None  # per-env epsilons when agent.epsilon_ladder is on
         lr = config.lr
         if config.lr_end is not None:  # evaluated at the optimizer's iterations (checkpointed)
@@ -223,22 +234,28 @@ class RDQNLearner:
 
     def trackables(self) -> dict[str, object]:
         """Objects a checkpoint must hold to resume this learner exactly."""
-        return {
+        objects = {
             "online_q": self.online_q,
             "target_q": self.target_q,
             "optimizer": self.optimizer,
             "updates": self.updates,
         }
+        if self.average_q is not None:
+            objects["average_q"] = self.average_q
+        return objects
 
     def networks(self) -> list[RecurrentNetwork]:
         """Every network whose input normalisation follows the observation statistics."""
-        return [self.online_q, self.target_q]
+        return [self.online_q, self.target_q] + ([self.average_q] if self.average_q is not None else [])
 
     def eval_network(self, which: str) -> RecurrentNetwork:
-        """The Q-network a greedy evaluation acts with: ``online`` or ``target`` (the EMA)."""
+        """The Q-network a greedy evaluation acts with: ``online``, ``target`` (the EMA) or
+        ``average`` (the slower EMA that ``agent.average_tau`` keeps)."""
         nets = {"online": self.online_q, "target": self.target_q}
+        if self.average_q is not None:
+            nets["average"] = self.average_q
         if which not in nets:
-            raise ValueError(f"eval network {which!r} is unknown: allowed online|target")
+            raise ValueError(f"eval network {which!r} is unknown: allowed {'|'.join(nets)}")
         return nets[which]
 
     def sync_policy(self, policy) -> None:
@@ -364,6 +381,8 @@ class RDQNLearner:
         due = tf.equal(self.updates % cfg.target_update_period, 0)
         with tf.control_dependencies([self.targets.update_if(due, tf.constant(cfg.tau, tf.float32))]):
             loss = tf.identity(loss)
+        if self.averager is not None:  # every update, whatever the target period
+            self.averager.update_in_graph(tf.constant(cfg.average_tau, tf.float32))
         return {
             "loss": loss,
             "q_mean": q_mean,

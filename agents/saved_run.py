@@ -25,8 +25,9 @@ from envs.config import ConfigError
 from envs.make import EnvSpec
 
 log = logging.getLogger("recurrl")
-# Weights a saved run can act with: run (whichever its evaluations used), online, or target (EMA).
-NETWORKS = ("run", "online", "target")
+# Weights a saved run can act with: run (whichever its evaluations used), online, target (EMA) or
+# average (the slower EMA, in runs trained with agent.average_tau).
+NETWORKS = ("run", "online", "target", "average")
 
 
 def check_network(network: str) -> None:
@@ -48,9 +49,15 @@ class SavedRun:
     step: int
 
     def network_name(self, network: str = "run") -> str:
-        """``online`` or ``target``: ``run`` names the network the run's own evaluations acted with
-        (its ``eval.network``); one-line :class:`ConfigError` for anything else."""
+        """``online``, ``target`` or ``average``: ``run`` names the network the run's own
+        evaluations acted with (its ``eval.network``); one-line :class:`ConfigError` for anything
+        else, and for ``average`` in a run that kept none."""
         check_network(network)
+        if network == "average" and getattr(self.config.agent, "average_tau", None) is None:
+            raise ConfigError(
+                "network='average' is invalid for this run: it was trained without agent.average_tau; "
+                "allowed run|online|target"
+            )
         return self.config.eval.network if network == "run" else network
 
     def greedy_policy(self, network: str = "run") -> object:

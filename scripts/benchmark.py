@@ -8,7 +8,8 @@ tables in Markdown beside it (``.md``):
   efficiency, and (``bench.learner.compare``) next to the reference ``tf.scan`` path and a stock
   Keras LSTM/GRU step of the same shape; rdqn rows compared also time updates fed from a full
   replay (uniform against prioritized) and with clipped double Q (``agent.twin_q=true``); every
-  compared row also times Peng's Q(lambda) targets (``agent.td_lambda=0.5``) on the same batch;
+  compared row also times Peng's Q(lambda) targets (``agent.td_lambda=0.5``) and an average
+  network kept beside the target (``agent.average_tau``) on the same batch;
 * target-update time per call, fused against per-variable eager assigns;
 * acting env steps/s (numpy recurrent policy + replay writes) next to raw SyncVectorEnv stepping;
 * with ``bench.learning=true``: time-to-threshold runs over seeds and a learning-curve PNG;

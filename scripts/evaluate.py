@@ -1,5 +1,5 @@
 """Evaluate a trained run: ``python -m scripts.evaluate run=DIR [step=N] [episodes=10]
-[network=run|online|target] [seed=0] [video=false]``.
+[network=run|online|target|average] [seed=0] [video=false]``.
 
 Greedy episodes from the run's newest complete checkpoint (or ``step``); prints mean +- std and
 writes ``eval-<step>.json`` into the run. ``video=true`` also records ``video_episodes`` episodes

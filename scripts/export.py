@@ -1,5 +1,5 @@
 """Export a trained policy: ``python -m scripts.export run=DIR [format=saved_model] [step=N]
-[network=run|online|target] [out=PATH]``.
+[network=run|online|target|average] [out=PATH]``.
 
 Writes ``DIR/export/<format>-<step>`` (or ``out``): with ``format=saved_model`` a SavedModel with
 the signatures ``initial_state(batch_size)`` and ``step(observation, state) -> (action, q_values or

@@ -255,7 +255,8 @@ class Variant(NamedTuple):
 
 
 # Clipped double Q adds a second [B, T, A] head and the min of the two target heads; Peng's
-# Q(lambda) targets are a backward recursion over the window instead of the n-step sums.
+# Q(lambda) targets are a backward recursion over the window instead of the n-step sums; the
+# average network is one more EMA of the online weights in every update.
 VARIANTS = {
     "twin_q": Variant(
         "agent.twin_q=true", ("rdqn",), "twin_q_vs_single", "clipped double Q", "the single head"
@@ -266,6 +267,13 @@ VARIANTS = {
         "td_lambda_vs_n_step",
         "Peng's Q(lambda) targets",
         "the n-step targets",
+    ),
+    "average": Variant(
+        "agent.average_tau=0.001",
+        ("rdqn", "rddpg"),
+        "average_vs_none",
+        "an average network",
+        "none kept",
     ),
 }
 
@@ -361,10 +369,7 @@ def _learner_row(config: Config, learner, compile_s: float, gemm_gflops: float) 
         "uniform_replay_updates_per_s": None,
         "prioritized_updates_per_s": None,
         "prioritized_vs_uniform": None,
-        "twin_q_updates_per_s": None,
-        "twin_q_vs_single": None,
-        "td_lambda_updates_per_s": None,
-        "td_lambda_vs_n_step": None,
+        **{k: None for name, var in VARIANTS.items() for k in (f"{name}_updates_per_s", var.ratio_key)},
         "load_1min": load_1min(),
     }
 

@@ -39,7 +39,7 @@ CASES = [
     ("replay.capacity=10", "replay.capacity=10 is invalid: allowed >="),
     ("network.cell=transformer", "network.cell='transformer' is invalid: allowed"),
     ("network.units=0", "network.units=0 is invalid"),
-    ("eval.network=best", "eval.network='best' is invalid: allowed online|target"),
+    ("eval.network=best", "eval.network='best' is invalid: allowed online|target|average"),
     ("eval.episodes=0", "eval.episodes=0 is invalid"),
     ("train.updates_per_step=0", "train.updates_per_step=0.0 is invalid: allowed > 0"),
     ("env.num_envs=0", "env.num_envs=0 is invalid"),

@@ -130,13 +130,15 @@ def test_sentinel_is_json_with_the_step(tmp_path: Path) -> None:
 
 def _learner_config(agent: str) -> Config:
     """A learner with every kind of weight: LayerNorm dense stacks, post layers, observation
-    statistics (the dueling value head for rdqn, twin critics for rtd3)."""
+    statistics, the average network (the dueling value head for rdqn, twin critics for rtd3)."""
     network = NetworkConfig(units=8, pre_layers=[8, 8], post_layers=[8], layer_norm=True)
     if agent == "rdqn":
         network.dueling = True
-        return Config(agent=RDQNConfig(batch_size=4), env=EnvConfig(id="CartPole-v1"), network=network)
+        agent_config = RDQNConfig(batch_size=4, average_tau=0.05)
+        return Config(agent=agent_config, env=EnvConfig(id="CartPole-v1"), network=network)
     env = EnvConfig(id="Pendulum-v1", mask_obs=[2])
-    return Config(agent=RDDPGConfig(batch_size=4, twin_critics=True), env=env, network=network)
+    agent_config = RDDPGConfig(batch_size=4, twin_critics=True, average_tau=0.05)
+    return Config(agent=agent_config, env=env, network=network)
 
 
 def _state(learner) -> dict[str, np.ndarray]:
@@ -167,6 +169,7 @@ def test_every_network_weight_round_trips(tmp_path: Path, agent: str) -> None:
                     v.assign(rng.normal(size=v.shape).astype(np.float32))
     before = _state(saved)
     assert any("encoder/pre_1/ln_gamma" in k for k in before) and any("input_std" in k for k in before)
+    assert any(k.startswith("average_") for k in before)
     Checkpointer(tmp_path, **saved.trackables()).save(100, {"x": np.zeros(1)}, {})
     fresh, _ = build_agent(config, spec, Counters())
     assert any(not np.array_equal(v, before[k]) for k, v in _state(fresh).items())

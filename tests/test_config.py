@@ -191,7 +191,10 @@ INVALID = [
     ("train.tf_inter_op_threads", -1, "integers >= 0", "rdqn"),
     ("eval.every_env_steps", 0, ">= 1", "rdqn"),
     ("eval.episodes", 0, "integers >= 1", "rddpg"),
-    ("eval.network", "average", "online|target", "rddpg"),
+    ("eval.network", "best", "online|target|average", "rddpg"),
+    ("eval.network", "average", "average needs agent.average_tau", "rdqn"),
+    ("agent.average_tau", 0.0, "(0, 1] or null", "rdqn"),
+    ("agent.average_tau", 1.5, "(0, 1] or null", "rddpg"),
 ]
 
 

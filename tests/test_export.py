@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from agents.actor import Actor
-from agents.config import Config
+from agents.config import Config, validate
 from agents.export import PolicyModule, export_saved_model
 from agents.loop import train
+from agents.rdqn import RDQNLearner
 from agents.saved_run import evaluate_run, load_run
 from envs import make_vec_env
 from envs.config import ConfigError
@@ -155,9 +156,37 @@ def test_evaluate_run_writes_returns_and_refuses_a_missing_step(tiny_config: Con
     assert np.isclose(record["return_mean"], np.mean(record["returns"]))
     with pytest.raises(ConfigError, match=r"^step=300 is invalid: allowed 200\|400$"):
         load_run(tiny_config.run_dir, step=300)
-    with pytest.raises(ConfigError, match=r"^network='ema' is invalid: allowed run\|online\|target$"):
+    allowed = r"^network='ema' is invalid: allowed run\|online\|target\|average$"
+    with pytest.raises(ConfigError, match=allowed):
         evaluate_run(saved, episodes=2, network="ema", seed=5)
     assert load_run(tiny_config.run_dir, step=200).step == 200
+    kept_none = r"^network='average' is invalid for this run: it was trained without agent\.average_tau"
+    with pytest.raises(ConfigError, match=kept_none):
+        evaluate_run(saved, episodes=2, network="average", seed=5)
+
+
+def test_a_run_trained_with_an_average_network_evaluates_and_exports_it(
+    tiny_config: Config, monkeypatch
+) -> None:
+    asked = []
+    eval_network = RDQNLearner.eval_network
+    monkeypatch.setattr(
+        RDQNLearner, "eval_network", lambda self, which: asked.append(which) or eval_network(self, which)
+    )
+    tiny_config.agent.average_tau = 0.05
+    tiny_config.eval.network = "average"
+    validate(tiny_config)
+    summary = train(copy.deepcopy(tiny_config))
+    assert [e["env_steps"] for e in summary["evaluations"]] == [200, 400] and asked == ["average"] * 2
+    monkeypatch.undo()
+    saved = load_run(tiny_config.run_dir)
+    average = saved.learner.eval_network("average")
+    assert saved.network_name() == "average" and PolicyModule(saved).net is average
+    online = saved.learner.eval_network("online")
+    pairs = zip(average.get_weights(), online.get_weights(), strict=True)
+    assert any(not np.allclose(a, o) for a, o in pairs)
+    record = evaluate_run(saved, episodes=3, network="run", seed=1)
+    assert record["network"] == "average" and len(record["returns"]) == 3
 
 
 def test_network_run_acts_with_the_weights_the_runs_evaluations_used(tiny_config: Config) -> None:
@@ -177,7 +206,7 @@ def test_commands_refuse_a_bad_network_before_loading_the_run(tmp_path: Path) ->
     from scripts.export import ExportConfig, run_export
 
     missing = str(tmp_path / "no-run")  # loading it would fail with a different line
-    allowed = r"^network='ema' is invalid: allowed run\|online\|target$"
+    allowed = r"^network='ema' is invalid: allowed run\|online\|target\|average$"
     with pytest.raises(ConfigError, match=allowed):
         run_evaluation(EvaluateConfig(run=missing, network="ema"))
     with pytest.raises(ConfigError, match=allowed):

@@ -121,6 +121,23 @@ def test_soft_updates_match_closed_form_for_actor_and_critic():
             np.testing.assert_array_equal(o, t)
 
 
+@pytest.mark.parametrize("shared_core", [False, True])
+def test_average_actor_starts_as_a_copy_and_follows_the_online_actor_after_every_update(shared_core):
+    learner = make_learner(tau=0.1, target_update_period=3, average_tau=0.25, shared_core=shared_core)
+    assert learner.eval_network("average") is learner.average_actor
+    assert learner.average_actor in learner.networks()
+    before = weights(learner.online_actor)
+    for w, b in zip(weights(learner.average_actor), before, strict=True):
+        np.testing.assert_array_equal(w, b)
+    learner.step(random_batch(learner))
+    after = weights(learner.online_actor)
+    assert any(not np.allclose(a, b) for a, b in zip(after, before, strict=True))
+    for t, b in zip(weights(learner.target_actor), before, strict=True):  # period 3: not yet moved
+        np.testing.assert_array_equal(t, b)
+    for avg, b, a in zip(weights(learner.average_actor), before, after, strict=True):
+        np.testing.assert_allclose(avg, 0.75 * b + 0.25 * a, rtol=1e-5, atol=1e-6)
+
+
 def test_td3_target_is_min_of_twins_with_clipped_smoothing():
     learner = make_learner(twin_critics=True, target_noise=0.2, noise_clip=0.3, gamma=0.9)
     for v in learner.target_critic.q_heads[1].trainable_variables:  # make the twins disagree

@@ -31,6 +31,33 @@ def test_learner_target_starts_as_exact_copy() -> None:
         np.testing.assert_array_equal(online[k], target[k])
 
 
+def test_average_network_starts_as_a_copy_and_follows_the_online_one_after_every_update() -> None:
+    """The average is a second EMA at its own rate: after one update (the target's period is 3, so
+    the target has not moved) ``average = (1 - a) * online_before + a * online_after``."""
+    cfg = RDQNConfig(tau=0.1, target_update_period=3, average_tau=0.25, lr=0.01)
+    learner = RDQNLearner(cfg, NetworkConfig(units=8), 4, 2, burn_in=2, trace_length=3)
+    assert learner.eval_network("average") is learner.average_q
+    assert learner.average_q in learner.networks() and learner.trackables()["average_q"] is learner.average_q
+    before = _weights(learner.online_q)
+    for name, w in _weights(learner.average_q).items():
+        np.testing.assert_array_equal(w, before[name])
+    learner.step(rdqn_batch(learner, 32, 4, 2, seed=0))
+    after, average = _weights(learner.online_q), _weights(learner.average_q)
+    target = _weights(learner.target_q)
+    assert any(not np.allclose(after[k], before[k]) for k in after)
+    for name in before:
+        np.testing.assert_array_equal(target[name], before[name], err_msg=name)
+        want = 0.75 * before[name] + 0.25 * after[name]
+        np.testing.assert_allclose(average[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_no_average_network_unless_asked() -> None:
+    learner = RDQNLearner(RDQNConfig(), NetworkConfig(units=8), 4, 2, burn_in=2, trace_length=3)
+    assert learner.average_q is None and "average_q" not in learner.trackables()
+    with pytest.raises(ValueError, match="allowed online\\|target$"):
+        learner.eval_network("average")
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru", "lstm_peephole", "mlp"])
 def test_k_soft_updates_match_closed_form(cell: str) -> None:
     online, target, updater = _pair(cell)
