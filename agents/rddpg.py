@@ -232,7 +232,7 @@ class RDDPGLearner:
     def trackables(self) -> dict[str, object]:
         """Objects a checkpoint must hold to resume this learner exactly."""
         models = (self.online_actor, self.target_actor, self.online_critic, self.target_critic)
-        nets = {m.name: m for m in models + ((self.average_actor,) if self.average_actor else ())}
+        nets = {m.name: m for m in models + ((self.average_actor,) if self.average_actor is not None else ())}
         return {
             **nets,
             "actor_optimizer": self.actor_optimizer,
