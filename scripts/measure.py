@@ -273,7 +273,7 @@ VARIANTS = {
         ("rdqn", "rddpg"),
         "average_vs_none",
         "an average network",
-        "none kept",
+        "without one",
     ),
 }
 
