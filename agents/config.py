@@ -207,8 +207,9 @@ def config_from_dict(data: dict) -> Config:
     return OmegaConf.to_object(merged)
 
 
-# Keys a resumed run cannot change: they fix the networks' shapes, the env (and so the replay's
-# layout) or the random streams the checkpoint continues. Everything else (learning rates, budgets,
+# Keys a resumed run cannot change: they fix the networks' shapes or which networks exist (a second
+# Q head, an average network), the env (and so the replay's layout) or the random streams the
+# checkpoint continues. Everything else (learning rates, budgets,
 # schedules, evaluation and logging settings, the backend that runs the same weights) may change.
 FROZEN_ON_RESUME = (
     "env.",
@@ -217,6 +218,8 @@ FROZEN_ON_RESUME = (
     "agent.kind",
     "agent.name",
     "agent.twin_critics",
+    "agent.twin_q",
+    "agent.average_tau",
     "agent.shared_core",
     "seed",
     "runner.kind",

@@ -80,6 +80,8 @@ def test_overrides_on_resume_restating_the_run_are_accepted_frozen_keys_refused(
         ("+env.kwargs.size=3", "env.kwargs.size"),
         ("replay.capacity=8000", "replay.capacity"),
         ("seed=3", "seed"),
+        ("agent.twin_q=true", "agent.twin_q"),
+        ("agent.average_tau=0.01", "agent.average_tau"),
         ("agent=rddpg", "agent=rddpg"),
         ("env=cartpole_p", "env=cartpole_p"),
     ]:
