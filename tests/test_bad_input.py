@@ -23,7 +23,7 @@ CASES = [
     ("agent.lr=abc", "agent.lr=abc is invalid"),
     (
         "agent.learnin_rate=1",
-        "agent.learnin_rate is not a key: allowed adam_epsilon|advantage_learning|batch_size|",
+        "agent.learnin_rate is not a key: allowed adam_epsilon|advantage_learning|average_tau|batch_size|",
     ),
     ("agent=foo", "agent=foo is invalid: allowed r2d2|rddpg|rdqn|rtd3"),
     ("env=nope", "env=nope is invalid: allowed atari_pong|cartpole|cartpole_p|"),
