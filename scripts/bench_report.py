@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scripts.measure import VARIANTS
+from scripts.bench_variants import VARIANTS
 
 
 def _fmt(x, spec: str = ".1f") -> str:
