@@ -103,6 +103,12 @@ class RDQNConfig:
     # alpha * (max_a Q_target(s, a) - Q_target(s, a_taken)), which widens the gap between the
     # greedy action and the others where the returns of both saturate. 0 = off.
     advantage_learning: float = 0.0
+    # Functional regularisation toward the target network (after Piche et al. 2021), >= 0: the
+    # loss gains anchor * mean over trace steps and actions of (Q(s, a) - Q_target(s, a))^2, in
+    # the space Q is learned in. It holds every action's value, not only the replayed one's, near
+    # the slowly moving EMA, so updates elsewhere do not drift the values of actions that are
+    # rarely taken. Logged as losses/anchor. 0 = off.
+    target_anchor: float = 0.0
     # Every this many updates, log R2D2's representational drift of the stored states: the mean
     # |Q| difference at the end of burn-in between unrolling from the stored state and from zeros
     # (charts/staleness_q, and relative to mean |Q|: charts/staleness_q_rel). 0 = off.
@@ -123,6 +129,8 @@ class RDQNConfig:
         check(self.lr_decay_updates >= 1, "agent.lr_decay_updates", self.lr_decay_updates, "integers >= 1")
         alpha = self.advantage_learning
         check(finite(alpha) and 0 <= alpha < 1, "agent.advantage_learning", alpha, "[0, 1)")
+        anchor = self.target_anchor
+        check(finite(anchor) and anchor >= 0, "agent.target_anchor", anchor, ">= 0 (0 = off)")
         every = self.staleness_every
         check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 
@@ -370,6 +378,11 @@ class RDQNLearner:
             else:
                 td_error = target - q_taken  # [B, T]
                 per_step = huber(td_error, cfg.huber_delta)  # [B, T]
+            if cfg.target_anchor:  # every action's drift from the target net, [B, T]
+                drift = tf.square(q_trace - tf.stop_gradient(q_target[:, bi : bi + tl]))
+                drift = tf.reduce_mean(tf.reshape(drift, [tf.shape(drift)[0], tl, -1]), axis=-1)
+                per_step = per_step + cfg.target_anchor * drift
+                anchor_mean = masked_mean(drift, mask)
             if self.importance_weights:  # prioritized replay: correct the sampling bias per sequence
                 per_step = per_step * batch["weight"][:, None]
             loss = masked_mean(per_step, mask)
@@ -383,13 +396,16 @@ class RDQNLearner:
             loss = tf.identity(loss)
         if self.averager is not None:  # every update, whatever the target period
             self.averager.update_in_graph(tf.constant(cfg.average_tau, tf.float32))
-        return {
+        metrics = {
             "loss": loss,
             "q_mean": q_mean,
             "grad_norm": grad_norm,
             "td_error": td_error * mask,
             "mask": mask,
         }
+        if cfg.target_anchor:
+            metrics["anchor"] = anchor_mean
+        return metrics
 
 
 def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RDQNLearner, EpsilonGreedy]:

@@ -89,6 +89,39 @@ def test_advantage_learning_lowers_the_target_by_alpha_times_the_action_gap() ->
         RDQNConfig(advantage_learning=1.0).validate()
 
 
+def test_target_anchor_adds_every_actions_squared_drift_from_the_target() -> None:
+    cfg = RDQNConfig(batch_size=4, n_step=2)
+    net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
+    anchored = RDQNLearner(dataclasses.replace(cfg, target_anchor=2.0), net, 3, 2, 1, 3)
+    plain = RDQNLearner(cfg, net, 3, 2, 1, 3)
+    rng = np.random.default_rng(4)
+    # The target starts as a copy, so the term starts at 0: move the target away from the online.
+    moved = [
+        w + 0.1 * rng.standard_normal(w.shape).astype(w.dtype) if w.dtype == np.float32 else w
+        for w in anchored.target_q.get_weights()
+    ]
+    for learner in (anchored, plain):
+        learner.online_q.set_weights(anchored.online_q.get_weights())
+        learner.target_q.set_weights(moved)
+    batch = rdqn_batch(plain, 4, 3, 2, seed=3)
+
+    def q_of(network: RecurrentNetwork) -> np.ndarray:  # the trace after 1 burn-in step: [B, T, A]
+        q, _ = network.unroll(batch["obs"], network.initial_state(4), batch["first"])
+        return np.asarray(q)[:, 1:4]
+
+    drift = ((q_of(anchored.online_q) - q_of(anchored.target_q)) ** 2).mean(axis=-1)  # [B, T]
+    mask = batch["valid"][:, 1:4]
+    want = (drift * mask).sum() / mask.sum()
+    assert want > 1e-4
+    out, base = anchored.step(batch), plain.step(batch)
+    np.testing.assert_allclose(out["anchor"], want, rtol=1e-4)
+    np.testing.assert_allclose(out["loss"], base["loss"] + 2.0 * want, rtol=1e-4)
+    np.testing.assert_allclose(out["td_error"], base["td_error"], atol=1e-6)  # the target is unchanged
+    assert "anchor" not in base
+    with pytest.raises(ConfigError, match=r"agent.target_anchor"):
+        RDQNConfig(target_anchor=-0.1).validate()
+
+
 def test_td_lambda_learner_at_lambda_0_and_1_matches_the_one_and_n_step_learners() -> None:
     """lambda = 0 trains on one-step targets whatever the window; lambda = 1 gives the last trace step
     the n-step target and earlier steps longer returns."""
