@@ -109,6 +109,9 @@ class RDQNConfig:
     # the slowly moving EMA, so updates elsewhere do not drift the values of actions that are
     # rarely taken. Logged as losses/anchor. 0 = off.
     target_anchor: float = 0.0
+    # Which actions the anchor holds: all, or others (every action but the one taken, whose value
+    # the TD loss already trains; the mean is then over the others).
+    target_anchor_actions: str = "all"
     # Every this many updates, log R2D2's representational drift of the stored states: the mean
     # |Q| difference at the end of burn-in between unrolling from the stored state and from zeros
     # (charts/staleness_q, and relative to mean |Q|: charts/staleness_q_rel). 0 = off.
@@ -131,6 +134,8 @@ class RDQNConfig:
         check(finite(alpha) and 0 <= alpha < 1, "agent.advantage_learning", alpha, "[0, 1)")
         anchor = self.target_anchor
         check(finite(anchor) and anchor >= 0, "agent.target_anchor", anchor, ">= 0 (0 = off)")
+        which = self.target_anchor_actions
+        check(which in ("all", "others"), "agent.target_anchor_actions", which, "all|others")
         every = self.staleness_every
         check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 
@@ -378,8 +383,12 @@ class RDQNLearner:
             else:
                 td_error = target - q_taken  # [B, T]
                 per_step = huber(td_error, cfg.huber_delta)  # [B, T]
-            if cfg.target_anchor:  # every action's drift from the target net, [B, T]
-                drift = tf.square(q_trace - tf.stop_gradient(q_target[:, bi : bi + tl]))
+            if cfg.target_anchor:  # the actions' drift from the target net, [B, T]
+                drift = tf.square(q_trace - tf.stop_gradient(q_target[:, bi : bi + tl]))  # [B, T, (2,) A]
+                if cfg.target_anchor_actions == "others":
+                    others = 1.0 - tf.one_hot(action, self.num_actions)  # [B, T, A]
+                    drift = drift * (others[:, :, None] if twin else others)
+                    drift = drift * self.num_actions / max(self.num_actions - 1, 1)  # mean over the others
                 drift = tf.reduce_mean(tf.reshape(drift, [tf.shape(drift)[0], tl, -1]), axis=-1)
                 per_step = per_step + cfg.target_anchor * drift
                 anchor_mean = masked_mean(drift, mask)

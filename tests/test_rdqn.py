@@ -89,11 +89,13 @@ def test_advantage_learning_lowers_the_target_by_alpha_times_the_action_gap() ->
         RDQNConfig(advantage_learning=1.0).validate()
 
 
-def test_target_anchor_adds_every_actions_squared_drift_from_the_target() -> None:
+@pytest.mark.parametrize("which", ["all", "others"])
+def test_target_anchor_adds_the_actions_squared_drift_from_the_target(which: str) -> None:
     cfg = RDQNConfig(batch_size=4, n_step=2)
     net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
-    anchored = RDQNLearner(dataclasses.replace(cfg, target_anchor=2.0), net, 3, 2, 1, 3)
-    plain = RDQNLearner(cfg, net, 3, 2, 1, 3)
+    anchored_cfg = dataclasses.replace(cfg, target_anchor=2.0, target_anchor_actions=which)
+    anchored = RDQNLearner(anchored_cfg, net, 3, 3, 1, 3)  # 3 actions: 'others' are two
+    plain = RDQNLearner(cfg, net, 3, 3, 1, 3)
     rng = np.random.default_rng(4)
     # The target starts as a copy, so the term starts at 0: move the target away from the online.
     moved = [
@@ -103,13 +105,18 @@ def test_target_anchor_adds_every_actions_squared_drift_from_the_target() -> Non
     for learner in (anchored, plain):
         learner.online_q.set_weights(anchored.online_q.get_weights())
         learner.target_q.set_weights(moved)
-    batch = rdqn_batch(plain, 4, 3, 2, seed=3)
+    batch = rdqn_batch(plain, 4, 3, 3, seed=3)
 
     def q_of(network: RecurrentNetwork) -> np.ndarray:  # the trace after 1 burn-in step: [B, T, A]
         q, _ = network.unroll(batch["obs"], network.initial_state(4), batch["first"])
         return np.asarray(q)[:, 1:4]
 
-    drift = ((q_of(anchored.online_q) - q_of(anchored.target_q)) ** 2).mean(axis=-1)  # [B, T]
+    drift = (q_of(anchored.online_q) - q_of(anchored.target_q)) ** 2  # [B, T, A]
+    if which == "others":  # the action taken is left out of the mean
+        taken = np.eye(3, dtype=bool)[batch["action"][:, 1:4]]
+        drift = np.where(taken, 0.0, drift).sum(axis=-1) / 2
+    else:
+        drift = drift.mean(axis=-1)  # [B, T]
     mask = batch["valid"][:, 1:4]
     want = (drift * mask).sum() / mask.sum()
     assert want > 1e-4
@@ -120,6 +127,8 @@ def test_target_anchor_adds_every_actions_squared_drift_from_the_target() -> Non
     assert "anchor" not in base
     with pytest.raises(ConfigError, match=r"agent.target_anchor"):
         RDQNConfig(target_anchor=-0.1).validate()
+    with pytest.raises(ConfigError, match=r"agent.target_anchor_actions"):
+        RDQNConfig(target_anchor_actions="taken").validate()
 
 
 def test_td_lambda_learner_at_lambda_0_and_1_matches_the_one_and_n_step_learners() -> None:
