@@ -18,7 +18,8 @@ class Variant(NamedTuple):
 
 # Clipped double Q adds a second [B, T, A] head and the min of the two target heads; Peng's
 # Q(lambda) targets are a backward recursion over the window instead of the n-step sums; the
-# average network is one more EMA of the online weights in every update.
+# average network is one more EMA of the online weights in every update; the target anchor is one
+# more squared difference of the online and target Q-values the step already computes.
 VARIANTS = {
     "twin_q": Variant(
         "agent.twin_q=true", ("rdqn",), "twin_q_vs_single", "clipped double Q", "the single head"
@@ -36,5 +37,12 @@ VARIANTS = {
         "average_vs_none",
         "an average network",
         "without one",
+    ),
+    "anchor": Variant(
+        "agent.target_anchor=0.3",
+        ("rdqn",),
+        "anchor_vs_none",
+        "the target anchor",
+        "without it",
     ),
 }

@@ -24,7 +24,7 @@ LEARNER_KEYS = {
     "keras_updates_per_s", "keras_cpu_ms_per_update", "speedup_vs_keras", "load_1min",
     "uniform_replay_updates_per_s", "prioritized_updates_per_s", "prioritized_vs_uniform",
     "twin_q_updates_per_s", "twin_q_vs_single", "td_lambda_updates_per_s", "td_lambda_vs_n_step",
-    "average_updates_per_s", "average_vs_none",
+    "average_updates_per_s", "average_vs_none", "anchor_updates_per_s", "anchor_vs_none",
 }  # fmt: skip
 ACTING_KEYS = {
     "num_envs", "cell", "units", "raw_env_steps_per_s", "actor_env_steps_per_s",
@@ -101,6 +101,10 @@ def test_tiny_benchmark_writes_every_field(tmp_path: Path) -> None:
         assert _positive(row["td_lambda_updates_per_s"]) and _positive(row["td_lambda_vs_n_step"])
         # ... and (every agent) with an average network kept beside the target.
         assert _positive(row["average_updates_per_s"]) and _positive(row["average_vs_none"])
+        # ... and (rdqn) with the loss anchored to the target network.
+        assert (row["anchor_vs_none"] is not None) == (row["agent"] == "rdqn")
+        if row["agent"] == "rdqn":
+            assert _positive(row["anchor_updates_per_s"]) and _positive(row["anchor_vs_none"])
         # lstm rows run the native kernel and are compared with the TF-graph kernel they replace.
         assert row["kernel"] == ("native" if row["cell"] == "lstm" else "graph")
         assert (row["speedup_vs_graph"] is not None) == (row["kernel"] == "native")

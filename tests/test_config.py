@@ -44,7 +44,9 @@ def test_every_config_group_composes(agent: str, env: str) -> None:
 def test_r2d2_preset_is_rdqn_with_r2d2_parts_and_env_presets_still_set_their_replay() -> None:
     rdqn, r2d2 = _compose(["agent=rdqn"]), _compose(["agent=r2d2"])
     # the rdqn preset with exactly these fields changed, and nothing else
-    agent = replace(rdqn.agent, name="r2d2", gamma=0.999, n_step=5, lr=3e-4, value_rescaling=True)
+    agent = replace(
+        rdqn.agent, name="r2d2", gamma=0.999, n_step=5, lr=3e-4, value_rescaling=True, target_anchor=0.3
+    )
     assert r2d2.agent == agent and r2d2.agent.kind == "rdqn"
     assert r2d2.network == replace(rdqn.network, dueling=True)
     assert r2d2.replay == replace(rdqn.replay, priority_exponent=0.9, capacity=400_000)
