@@ -296,7 +296,8 @@ class RDQNLearner:
     def step(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One optimiser step (and target update) on a batch; returns numpy metrics.
 
-        Metrics: ``loss``, ``q_mean``, ``grad_norm`` scalars; ``td_error`` and ``mask`` ``[B, T]``.
+        Metrics: ``loss``, ``q_mean``, ``grad_norm`` (and with ``target_anchor``, ``anchor``) scalars;
+        ``td_error`` and ``mask`` ``[B, T]``.
         """
         feed = {k: batch[k] for k in self._run_step.spec if k not in self.input_keys}
         feed.update(self.features(batch))
