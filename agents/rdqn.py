@@ -390,7 +390,7 @@ class RDQNLearner:
                     others = 1.0 - tf.one_hot(action, self.num_actions)  # [B, T, A]
                     drift = drift * (others[:, :, None] if twin else others)
                     drift = drift * self.num_actions / max(self.num_actions - 1, 1)  # mean over the others
-                drift = tf.reduce_mean(tf.reshape(drift, [tf.shape(drift)[0], tl, -1]), axis=-1)
+                drift = tf.reduce_mean(drift, axis=[2, 3] if twin else 2)  # over heads and actions
                 per_step = per_step + cfg.target_anchor * drift
                 anchor_mean = masked_mean(drift, mask)
             if self.importance_weights:  # prioritized replay: correct the sampling bias per sequence
