@@ -48,17 +48,35 @@ def test_jobs_run_each_variant_with_its_overrides_after_the_task_and_suite_overr
     defs = {"preset": [], "zero": ["replay.initial_state=zero"], "unused": ["y=2"]}
     cfg = SuiteConfig(tasks=["a", "b"], task_defs=tasks, seeds=[3], overrides=["x=1"])
     cfg.variants, cfg.variant_defs = ["preset", "zero"], defs
-    got = [(j.task, j.variant, j.argv[:3]) for j in suite.jobs(cfg)]
+    got = [(j.task, j.variant, j.argv[:4]) for j in suite.jobs(cfg)]
     assert got == [
-        ("a", "preset", ["env=cue_memory", "x=1", "train.total_env_steps=50000"]),
-        ("a", "zero", ["env=cue_memory", "x=1", "replay.initial_state=zero"]),
-        ("b", "zero", ["x=1", "replay.initial_state=zero", "train.total_env_steps=50000"]),
+        ("a", "preset", ["agent=rdqn", "env=cue_memory", "x=1", "train.total_env_steps=50000"]),
+        ("a", "zero", ["agent=rdqn", "env=cue_memory", "x=1", "replay.initial_state=zero"]),
+        ("b", "zero", ["agent=rdqn", "x=1", "replay.initial_state=zero", "train.total_env_steps=50000"]),
     ]
     assert suite.invalid(cfg) is None
     cfg.task_defs["b"].variants = ["nope"]
     assert suite.invalid(cfg) == "task_defs.b.variants: 'nope' is unknown: allowed preset|unused|zero"
     cfg.task_defs["b"].variants, cfg.variants = None, ["preset", "nope"]
     assert suite.invalid(cfg) == "variants: 'nope' is unknown: allowed preset|unused|zero"
+
+
+def test_the_suite_agent_goes_to_tasks_that_name_none():
+    """``agent`` picks the discrete tasks' preset; a task, the suite or a variant naming one wins."""
+    tasks = {"d": SuiteTask(overrides=["env=cartpole_p"]), "c": SuiteTask(overrides=["agent=rtd3"])}
+    cfg = SuiteConfig(tasks=["d", "c"], task_defs=tasks, seeds=[0], agent="r2d2")
+    cfg.variants, cfg.variant_defs = ["preset", "other"], {"preset": [], "other": ["agent=rdqn"]}
+    agents = [(j.task, j.variant, [a for a in j.argv if a.startswith("agent=")]) for j in suite.jobs(cfg)]
+    assert agents == [
+        ("d", "preset", ["agent=r2d2"]),
+        ("d", "other", ["agent=rdqn"]),
+        ("c", "preset", ["agent=rtd3"]),
+        ("c", "other", ["agent=rtd3", "agent=rdqn"]),  # the later one, the variant's, wins
+    ]
+    assert suite.invalid(cfg) is None
+    cfg.agent = "dqn"
+    assert suite.invalid(cfg) == "agent='dqn' is unknown: allowed r2d2|rddpg|rdqn|rtd3"
+    assert "Tasks that name no agent run `agent=dqn`." in suite.format_table(cfg, {})
 
 
 def test_cli_runs_only_the_variants_asked_for(tmp_path):
