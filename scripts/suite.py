@@ -78,7 +78,7 @@ class SuiteConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     # The agent preset (conf/agent/<name>.yaml) of every task whose overrides name none: the one
     # preset the discrete tasks share. The continuous tasks name theirs (agent=rtd3).
-    agent: str = "rdqn"
+    discrete_agent: str = "rdqn"
     # Overrides applied to every run of every variant.
     overrides: list[str] = field(default_factory=list)
     # Variants to run on each task, by name (keys of variant_defs), in this order.
@@ -113,8 +113,8 @@ def names_agent(overrides: list[str]) -> bool:
 def invalid(cfg: SuiteConfig) -> str | None:
     """One line naming the first bad key and what it allows, or None."""
     presets = agent_presets()
-    if cfg.agent not in presets:
-        return f"agent={cfg.agent!r} is unknown: allowed {'|'.join(presets)}"
+    if cfg.discrete_agent not in presets:
+        return f"discrete_agent={cfg.discrete_agent!r} is unknown: allowed {'|'.join(presets)}"
     known = sorted(cfg.task_defs)
     for name in cfg.tasks:
         if name not in cfg.task_defs:
@@ -166,7 +166,7 @@ def jobs(cfg: SuiteConfig) -> list[Job]:
             extra = cfg.variant_defs[variant]
             # the suite's agent preset, unless the task, the suite or the variant picks one
             named = names_agent([*task.overrides, *cfg.overrides, *extra])
-            agent = [] if named else [f"agent={cfg.agent}"]
+            agent = [] if named else [f"agent={cfg.discrete_agent}"]
             for seed in task.seeds if task.seeds is not None else cfg.seeds:
                 run_dir = Path(cfg.out) / name / variant / f"s{seed}"
                 argv = [
@@ -288,7 +288,7 @@ def format_table(cfg: SuiteConfig, result: dict) -> str:
     """The suite table in Markdown: one row per task and variant, under a line naming the preset."""
     extra = f" with `{' '.join(cfg.overrides)}`" if cfg.overrides else ""
     lines = [
-        f"Tasks that name no agent run `agent={cfg.agent}`{extra}.",
+        f"Tasks that name no agent run `agent={cfg.discrete_agent}`{extra}.",
         "",
         "| task | metric >= threshold | budget | variant | seeds reaching it | env steps to it per seed "
         "(median) | median wall s to it | best per seed | at the budget per seed (holding) | "
@@ -380,7 +380,7 @@ def run_suite(cfg: SuiteConfig) -> dict:
             print(f"{failed} run(s) exited non-zero: see the s<seed>.log files under {out}", flush=True)
     result = collect(cfg)
     variants = {v: cfg.variant_defs[v] for v in cfg.variants}
-    record = {"agent": cfg.agent, "overrides": cfg.overrides, "variants": variants, "tasks": result}
+    record = {"discrete_agent": cfg.discrete_agent, "overrides": cfg.overrides, "variants": variants, "tasks": result}
     (out / "suite.json").write_text(json.dumps(record, indent=2))
     table = format_table(cfg, result)
     (out / "suite.md").write_text(table)

@@ -62,9 +62,9 @@ def test_jobs_run_each_variant_with_its_overrides_after_the_task_and_suite_overr
 
 
 def test_the_suite_agent_goes_to_tasks_that_name_none():
-    """``agent`` picks the discrete tasks' preset; a task, the suite or a variant naming one wins."""
+    """``discrete_agent`` picks the discrete tasks' preset; a task, the suite or a variant naming one wins."""
     tasks = {"d": SuiteTask(overrides=["env=cartpole_p"]), "c": SuiteTask(overrides=["agent=rtd3"])}
-    cfg = SuiteConfig(tasks=["d", "c"], task_defs=tasks, seeds=[0], agent="r2d2")
+    cfg = SuiteConfig(tasks=["d", "c"], task_defs=tasks, seeds=[0], discrete_agent="r2d2")
     cfg.variants, cfg.variant_defs = ["preset", "other"], {"preset": [], "other": ["agent=rdqn"]}
     agents = [(j.task, j.variant, [a for a in j.argv if a.startswith("agent=")]) for j in suite.jobs(cfg)]
     assert agents == [
@@ -74,8 +74,8 @@ def test_the_suite_agent_goes_to_tasks_that_name_none():
         ("c", "other", ["agent=rtd3", "agent=rdqn"]),  # the later one, the variant's, wins
     ]
     assert suite.invalid(cfg) is None
-    cfg.agent = "dqn"
-    assert suite.invalid(cfg) == "agent='dqn' is unknown: allowed r2d2|rddpg|rdqn|rtd3"
+    cfg.discrete_agent = "dqn"
+    assert suite.invalid(cfg) == "discrete_agent='dqn' is unknown: allowed r2d2|rddpg|rdqn|rtd3"
     assert "Tasks that name no agent run `agent=dqn`." in suite.format_table(cfg, {})
 
 
@@ -147,8 +147,11 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
     assert (tmp_path / "s/curves.csv").read_text().startswith("task,variant,seed,env_steps,value")
 
 
-@pytest.mark.parametrize(("config", "task"), [("suite", "minigrid_memory"), ("ablation", "cartpole_p")])
-def test_shipped_suite_configs_compose_and_their_runs_validate(config, task):
+@pytest.mark.parametrize(
+    ("config", "task", "args"),
+    [("suite", "minigrid_memory", []), ("suite", "cartpole_p", ["discrete_agent=r2d2"]), ("ablation", "cartpole_p", [])],
+)
+def test_shipped_suite_configs_compose_and_their_runs_validate(config, task, args):
     """Every variant's overrides of one task compose into a run config that passes validation."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
@@ -156,7 +159,7 @@ def test_shipped_suite_configs_compose_and_their_runs_validate(config, task):
     from agents.config import validate
 
     with initialize_config_module("conf", version_base="1.3"):
-        cfg = OmegaConf.to_object(compose(config_name=config))
+        cfg = OmegaConf.to_object(compose(config_name=config, overrides=args))
         assert suite.invalid(cfg) is None
         assert task in cfg.tasks and Path(cfg.out).parts[0] == "bench"
         import scripts.train  # noqa: F401  (registers the run-config schemas)
@@ -164,4 +167,6 @@ def test_shipped_suite_configs_compose_and_their_runs_validate(config, task):
         for job in suite.jobs(cfg):
             if job.task == task and job.seed == cfg.seeds[0]:
                 overrides = [a for a in job.argv if not a.startswith("hydra.")]
-                validate(OmegaConf.to_object(compose(config_name="config", overrides=overrides)))
+                run = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+                validate(run)
+                assert run.agent.name == ("r2d2" if args else "rdqn")
