@@ -380,7 +380,12 @@ def run_suite(cfg: SuiteConfig) -> dict:
             print(f"{failed} run(s) exited non-zero: see the s<seed>.log files under {out}", flush=True)
     result = collect(cfg)
     variants = {v: cfg.variant_defs[v] for v in cfg.variants}
-    record = {"discrete_agent": cfg.discrete_agent, "overrides": cfg.overrides, "variants": variants, "tasks": result}
+    record = {
+        "discrete_agent": cfg.discrete_agent,
+        "overrides": cfg.overrides,
+        "variants": variants,
+        "tasks": result,
+    }
     (out / "suite.json").write_text(json.dumps(record, indent=2))
     table = format_table(cfg, result)
     (out / "suite.md").write_text(table)

@@ -149,7 +149,11 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
 
 @pytest.mark.parametrize(
     ("config", "task", "args"),
-    [("suite", "minigrid_memory", []), ("suite", "cartpole_p", ["discrete_agent=r2d2"]), ("ablation", "cartpole_p", [])],
+    [
+        ("suite", "minigrid_memory", []),
+        ("suite", "cartpole_p", ["discrete_agent=r2d2"]),
+        ("ablation", "cartpole_p", []),
+    ],
 )
 def test_shipped_suite_configs_compose_and_their_runs_validate(config, task, args):
     """Every variant's overrides of one task compose into a run config that passes validation."""
