@@ -76,8 +76,8 @@ class SuiteConfig:
     tasks: list[str] = field(default_factory=list)
     task_defs: dict[str, SuiteTask] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    # The agent preset (conf/agent/<name>.yaml) of every task whose overrides name none: the one
-    # preset the discrete tasks share. The continuous tasks name theirs (agent=rtd3).
+    # The agent preset (conf/agent/<name>.yaml, one built on rdqn) of every task whose overrides
+    # name none: the one preset the discrete tasks share. The continuous tasks name theirs (rtd3).
     discrete_agent: str = "rdqn"
     # Overrides applied to every run of every variant.
     overrides: list[str] = field(default_factory=list)
@@ -100,9 +100,24 @@ METRICS = {"return": "eval_return_mean", "success": "eval_success_rate"}
 AGENT_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "agent"
 
 
-def agent_presets() -> list[str]:
-    """Names of the shipped agent presets (conf/agent/*.yaml)."""
-    return sorted(p.stem for p in AGENT_PRESETS.glob("*.yaml"))
+def discrete_presets() -> list[str]:
+    """Names of the shipped agent presets for discrete actions: conf/agent/*.yaml whose defaults
+    lead to the rdqn schema (rdqn itself, or a preset built on it such as r2d2)."""
+
+    def defaults(name: str) -> list[str]:
+        loaded = OmegaConf.load(AGENT_PRESETS / f"{name}.yaml")
+        return [d for d in loaded.get("defaults", []) if isinstance(d, str)]
+
+    def discrete(name: str, seen: frozenset = frozenset()) -> bool:
+        for entry in defaults(name):
+            if entry.startswith("/agent/rdqn_schema"):
+                return True
+            if entry not in seen and (AGENT_PRESETS / f"{entry}.yaml").is_file():
+                if discrete(entry, seen | {name}):
+                    return True
+        return False
+
+    return sorted(p.stem for p in AGENT_PRESETS.glob("*.yaml") if discrete(p.stem))
 
 
 def names_agent(overrides: list[str]) -> bool:
@@ -112,9 +127,12 @@ def names_agent(overrides: list[str]) -> bool:
 
 def invalid(cfg: SuiteConfig) -> str | None:
     """One line naming the first bad key and what it allows, or None."""
-    presets = agent_presets()
+    presets = discrete_presets()
     if cfg.discrete_agent not in presets:
-        return f"discrete_agent={cfg.discrete_agent!r} is unknown: allowed {'|'.join(presets)}"
+        allowed = "|".join(presets)
+        return (
+            f"discrete_agent={cfg.discrete_agent!r} is not a discrete-action agent preset: allowed {allowed}"
+        )
     known = sorted(cfg.task_defs)
     for name in cfg.tasks:
         if name not in cfg.task_defs:

@@ -74,8 +74,14 @@ def test_the_suite_agent_goes_to_tasks_that_name_none():
         ("c", "other", ["agent=rtd3", "agent=rdqn"]),  # the later one, the variant's, wins
     ]
     assert suite.invalid(cfg) is None
+    assert suite.discrete_presets() == ["r2d2", "rdqn"]
+    for bad in ("dqn", "rtd3"):  # unknown, or a preset for continuous actions
+        cfg.discrete_agent = bad
+        assert (
+            suite.invalid(cfg)
+            == f"discrete_agent={bad!r} is not a discrete-action agent preset: allowed r2d2|rdqn"
+        )
     cfg.discrete_agent = "dqn"
-    assert suite.invalid(cfg) == "discrete_agent='dqn' is unknown: allowed r2d2|rddpg|rdqn|rtd3"
     assert "Tasks that name no agent run `agent=dqn`." in suite.format_table(cfg, {})
 
 
