@@ -104,18 +104,16 @@ def discrete_presets() -> list[str]:
     """Names of the shipped agent presets for discrete actions: conf/agent/*.yaml whose defaults
     lead to the rdqn schema (rdqn itself, or a preset built on it such as r2d2)."""
 
-    def defaults(name: str) -> list[str]:
-        loaded = OmegaConf.load(AGENT_PRESETS / f"{name}.yaml")
-        return [d for d in loaded.get("defaults", []) if isinstance(d, str)]
-
-    def discrete(name: str, seen: frozenset = frozenset()) -> bool:
-        for entry in defaults(name):
-            if entry.startswith("/agent/rdqn_schema"):
-                return True
-            if entry not in seen and (AGENT_PRESETS / f"{entry}.yaml").is_file():
-                if discrete(entry, seen | {name}):
-                    return True
-        return False
+    def discrete(name: str) -> bool:
+        entries = OmegaConf.load(AGENT_PRESETS / f"{name}.yaml").get("defaults", [])
+        return any(
+            isinstance(e, str)
+            and (
+                e.startswith("/agent/rdqn_schema")
+                or ((AGENT_PRESETS / f"{e}.yaml").is_file() and discrete(e))
+            )
+            for e in entries
+        )
 
     return sorted(p.stem for p in AGENT_PRESETS.glob("*.yaml") if discrete(p.stem))
 
