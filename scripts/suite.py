@@ -13,9 +13,11 @@ curves (``DIR/curves.csv``, and ``DIR/curves.png`` with matplotlib). Per task, v
 * with ``floor``: the lowest evaluation after the first one at or above the threshold, over the
   whole run (``run_steps`` may go past the budget to test that the policy stays learned).
 
-The suite takes hours; it can be stopped at any time and started again with the same ``out``: a
-finished run is read back, an interrupted one resumes from its newest checkpoint, and
-``report_only=true`` writes the table from whatever has finished.
+The suite takes hours; it can be stopped at any time (SIGTERM or Ctrl-C: every running run
+finishes its step and checkpoints, no new one starts, the table so far is written, exit 128 + the
+signal) and started again with the same ``out``: a finished run is read back, an interrupted one
+resumes from its newest checkpoint, and ``report_only=true`` writes the table from whatever has
+finished.
 """
 
 from __future__ import annotations
@@ -23,16 +25,20 @@ from __future__ import annotations
 import csv
 import json
 import math
+import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from agents.guards import StopSignals
 from scripts.summarize import median_or_none
 
 
@@ -208,18 +214,89 @@ def finished(run_dir: Path) -> bool:
     return json.loads(path.read_text()).get("status") == "finished"
 
 
-def run_job(job: Job) -> int:
-    """Train one run in its own process (resuming an interrupted one); returns the exit code."""
+class SuiteStopped(Exception):
+    """A signal stopped the suite before every run finished (the table so far is written)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"stopped by {signal_name}")
+        self.signal = signal_name
+
+
+class Children:
+    """The suite's running ``scripts.train`` processes. Each starts in its own session, so a signal
+    reaches it only through :meth:`stop`: once per stop, whether it came from a terminal's Ctrl-C
+    or a ``kill`` of the suite (a second one tells the runs to abort, as it tells scripts.train).
+    After the first stop no new run starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self.stops = 0
+
+    def start(self, argv: list[str], log: IO[str]) -> subprocess.Popen | None:
+        """Start one run, or None once the suite is stopping."""
+        with self._lock:
+            if self.stops:
+                return None
+            proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+            self._running.add(proc)
+            return proc
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        """Wait for a run started here; returns its exit code."""
+        code = proc.wait()
+        with self._lock:
+            self._running.discard(proc)
+        return code
+
+    def stop(self) -> None:
+        """SIGTERM every running run (each finishes its step and checkpoints); start no more."""
+        with self._lock:
+            self.stops += 1
+            for proc in self._running:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+
+
+def run_job(job: Job, children: Children | None = None) -> int | None:
+    """Train one run in its own process (resuming an interrupted one); returns its exit code, or
+    None when the suite was stopping and the run was not started."""
     if finished(job.run_dir):
         return 0
-    argv = list(job.argv)
+    children = children or Children()
+    if children.stops:
+        return None
+    argv = [sys.executable, "-m", "scripts.train", *job.argv]
     if (job.run_dir / "config.json").is_file():
         argv.append(f"resume={job.run_dir}")
     job.run_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(job.run_dir.parent / f"s{job.seed}.log", "a") as log:
-        code = subprocess.call([sys.executable, "-m", "scripts.train", *argv], stdout=log, stderr=log)
-    print(f"{job.task} {job.variant} seed {job.seed}: exit {code}", flush=True)
+        proc = children.start(argv, log)
+        if proc is None:
+            return None
+        code = children.wait(proc)
+    status = "finished" if finished(job.run_dir) else "not finished"
+    print(f"{job.task} {job.variant} seed {job.seed}: exit {code}, {status}", flush=True)
     return code
+
+
+def run_jobs(todo: list[Job], parallel: int) -> tuple[list[int | None], str | None]:
+    """Run the jobs, ``parallel`` at a time. SIGTERM or SIGINT to the suite stops every running
+    run at its next step with a checkpoint and starts no more; a second one aborts them. Returns
+    each job's exit code (None: not started) and the name of the signal that stopped the suite."""
+    children = Children()
+    with StopSignals() as stop, ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(run_job, job, children) for job in todo]
+        try:
+            while wait(futures, timeout=0.5).not_done:
+                if stop.requested and not children.stops:
+                    children.stop()
+        except KeyboardInterrupt:  # the second signal
+            children.stop()
+            raise
+        if stop.requested and not children.stops:
+            children.stop()
+    return [f.result() for f in futures], stop.requested
 
 
 def read_run(run_dir: Path, task: SuiteTask) -> dict | None:
@@ -385,15 +462,20 @@ def write_curves(result: dict, cfg: SuiteConfig, out: Path) -> Path | None:
 
 
 def run_suite(cfg: SuiteConfig) -> dict:
-    """Run (or resume) every job, then write the table, JSON and curves; returns the result."""
+    """Run (or resume) every job, then write the table, JSON and curves; returns the result.
+    Raises :class:`SuiteStopped` after writing them when a signal stopped the runs."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    stopped = None
     if not cfg.report_only:
-        with ThreadPoolExecutor(max_workers=cfg.parallel) as pool:
-            codes = list(pool.map(run_job, jobs(cfg)))
-        failed = sum(c != 0 for c in codes)
+        codes, stopped = run_jobs(jobs(cfg), cfg.parallel)
+        failed = sum(c not in (0, None) for c in codes)
         if failed:
             print(f"{failed} run(s) exited non-zero: see the s<seed>.log files under {out}", flush=True)
+        if stopped:
+            waiting = sum(c is None for c in codes)
+            print(f"stopped by {stopped}: {waiting} run(s) not started; the same command continues"
+                  " where it stopped", flush=True)  # fmt: skip
     result = collect(cfg)
     variants = {v: cfg.variant_defs[v] for v in cfg.variants}
     record = {
@@ -408,6 +490,8 @@ def run_suite(cfg: SuiteConfig) -> dict:
     write_curves(result, cfg, out)
     print(table)
     print(f"wrote {out / 'suite.md'}, {out / 'suite.json'} and the curves beside them")
+    if stopped:
+        raise SuiteStopped(stopped)
     return result
 
 
@@ -423,7 +507,10 @@ def main(cfg: DictConfig) -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    run_suite(config)
+    try:
+        run_suite(config)
+    except SuiteStopped as stop:
+        sys.exit(128 + signal.Signals[stop.signal].value)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from agents.checkpoint import Checkpointer
 from scripts import suite
 from scripts.suite import SuiteConfig, SuiteTask, summarize_curve
+from tests.helpers import ROOT
 
 
 def test_summarize_curve_threshold_budget_and_floor():
@@ -110,12 +114,25 @@ def test_cli_rejects_an_unknown_task_in_one_line(tmp_path):
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
 
 
+class _FakeRun:
+    """Stands in for a scripts.train process in run_job: exits 0 at once."""
+
+    def __init__(self, argv: list[str], **kwargs: object) -> None:
+        self.argv = argv
+
+    def wait(self) -> int:
+        return 0
+
+    def poll(self) -> int:
+        return 0
+
+
 def test_jobs_resume_an_interrupted_run_and_skip_a_finished_one(tmp_path, monkeypatch):
     task = SuiteTask(overrides=["env=cue_memory"], budget=100)
     cfg = SuiteConfig(out=str(tmp_path), tasks=["t"], task_defs={"t": task}, seeds=[0, 1])
     cfg.variants = ["preset"]
     calls = []
-    monkeypatch.setattr(suite.subprocess, "call", lambda argv, **kw: calls.append(argv) or 0)
+    monkeypatch.setattr(suite.subprocess, "Popen", lambda argv, **kw: calls.append(argv) or _FakeRun(argv))
     done, stopped = suite.jobs(cfg)
     for job, status in ((done, "finished"), (stopped, "stopped by SIGTERM")):
         job.run_dir.mkdir(parents=True)
@@ -125,6 +142,48 @@ def test_jobs_resume_an_interrupted_run_and_skip_a_finished_one(tmp_path, monkey
     assert suite.run_job(stopped) == 0
     assert calls[0][-1] == f"resume={stopped.run_dir}" and "seed=1" in calls[0]
     assert "train.total_env_steps=100" in calls[0]
+
+
+def test_a_stopping_suite_starts_no_more_runs(tmp_path, monkeypatch):
+    task = SuiteTask(overrides=["env=cue_memory"], budget=100)
+    cfg = SuiteConfig(out=str(tmp_path), tasks=["t"], task_defs={"t": task}, seeds=[0])
+    monkeypatch.setattr(suite.subprocess, "Popen", lambda argv, **kw: pytest.fail("a run started"))
+    children = suite.Children()
+    children.stop()
+    assert suite.run_job(suite.jobs(cfg)[0], children) is None
+    assert not (tmp_path / "t" / "preset" / "s0.log").exists()
+
+
+@pytest.mark.train  # scripts.suite starts scripts.train processes
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_suite_stops_its_runs_with_a_checkpoint_and_starts_no_more(tmp_path, sig):
+    """kill (or Ctrl-C) of the suite alone: the running run checkpoints and stops, no orphan goes on
+    training, the next seed never starts, the table so far is written, exit 128 + the signal."""
+    out = tmp_path / "s"
+    tiny = ["env.num_envs=4", "network.units=16", "network.pre_layers=[16]", "replay.capacity=4000",
+            "replay.burn_in=2", "replay.trace_length=4", "agent.batch_size=8", "train.learning_starts=100",
+            "train.checkpoint_every_env_steps=200"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scripts.suite", f"out={out}", "tasks=[cartpole_p]", "variants=[preset]",
+         "seeds=[0,1]", "overrides=[" + ",".join(f"'{o}'" for o in tiny) + "]"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    run = out / "cartpole_p" / "preset" / "s0"
+    end = time.monotonic() + 240
+    while not (run.is_dir() and Checkpointer(run).latest() is not None):
+        assert proc.poll() is None, proc.communicate()[0][-2000:]
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    text = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + sig.value, text[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "stopped by SIGTERM" and summary["env_steps"] < 200_000
+    assert Checkpointer(run).latest() == summary["env_steps"]
+    assert not (run / "run.lock").exists()  # the run's process has ended
+    assert f"stopped by {sig.name}: 1 run(s) not started" in text
+    assert not (out / "cartpole_p" / "preset" / "s1").exists()
+    assert "| cartpole_p |" in (out / "suite.md").read_text()
 
 
 @pytest.mark.train  # scripts.suite starts scripts.train processes
