@@ -410,11 +410,18 @@ def format_table(cfg: SuiteConfig, result: dict) -> str:
                 floor = f"{lows} ({stay} to {_steps(task.run_steps)})"
             incomplete = e["seeds"] - e["complete"]
             note = f" ({incomplete} unfinished)" if incomplete else ""
+            if task.threshold is None:  # a reported task: the end-of-budget median to set beside the baseline
+                reached, steps, wall = "-", "-", "-"
+                ends = [r["at_budget"] for r in runs if r.get("at_budget") is not None]
+                held = f"median {_num(median_or_none(ends), spec)}"
+            else:
+                reached = f"{e['reached']} / {e['seeds']}"
+                steps = f"{per_seed} ({_steps(e['median_steps_to_threshold'])})"
+                wall = _num(e["median_wall_to_threshold_s"], ".0f")
+                held = f"{e['held_at_budget']}/{e['seeds']}"
             lines.append(
-                f"| {name} | {thr} | {_steps(task.budget)} | {variant}{note} | "
-                f"{e['reached']} / {e['seeds']} | {per_seed} ({_steps(e['median_steps_to_threshold'])}) | "
-                f"{_num(e['median_wall_to_threshold_s'], '.0f')} | {best} | {budget} "
-                f"({e['held_at_budget']}/{e['seeds']}) | {floor} |"
+                f"| {name} | {thr} | {_steps(task.budget)} | {variant}{note} | {reached} | {steps} | "
+                f"{wall} | {best} | {budget} ({held}) | {floor} |"
             )
     return "\n".join(lines) + "\n"
 

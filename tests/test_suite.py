@@ -89,6 +89,19 @@ def test_the_suite_agent_goes_to_tasks_that_name_none():
     assert "Tasks that name no agent run `agent=dqn`." in suite.format_table(cfg, {})
 
 
+def test_a_reported_task_shows_its_end_of_budget_median_and_no_threshold_counts(tmp_path):
+    """A task without a threshold reports best and end-of-budget evaluations (and their median),
+    not seeds "reaching" a threshold it does not have."""
+    cfg = SuiteConfig(out=str(tmp_path), tasks=["r"], task_defs={"r": SuiteTask(budget=200)}, seeds=[0, 1])
+    cfg.variants = ["preset"]
+    for job, end in zip(suite.jobs(cfg), (0.4, 0.6), strict=True):
+        job.run_dir.mkdir(parents=True)
+        rows = ["env_steps,wall_time_s,eval_return_mean", "100,1.0,0.1", f"200,2.0,{end}"]
+        (job.run_dir / "progress.csv").write_text("\n".join(rows) + "\n")
+    row = suite.format_table(cfg, suite.collect(cfg)).splitlines()[-1]
+    assert row == "| r | report | 0.2k | preset | - | - | - | 0.40, 0.60 | 0.40, 0.60 (median 0.50) | - |"
+
+
 def test_cli_runs_only_the_variants_asked_for(tmp_path):
     """``variants=[preset]`` on the command line leaves the baseline out (report only: no runs)."""
     out = tmp_path / "s"
