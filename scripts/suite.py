@@ -32,7 +32,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -231,14 +230,15 @@ class Children:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen] = set()
-        self.stops = 0
+        self.stopping = False
 
-    def start(self, argv: list[str], log: IO[str]) -> subprocess.Popen | None:
-        """Start one run, or None once the suite is stopping."""
+    def start(self, argv: list[str], log_path: Path) -> subprocess.Popen | None:
+        """Start one run, its output appended to ``log_path``; None once the suite is stopping."""
         with self._lock:
-            if self.stops:
+            if self.stopping:
                 return None
-            proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+            with open(log_path, "a") as log:  # the child keeps its own copy of the descriptor
+                proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
             self._running.add(proc)
             return proc
 
@@ -252,7 +252,7 @@ class Children:
     def stop(self) -> None:
         """SIGTERM every running run (each finishes its step and checkpoints); start no more."""
         with self._lock:
-            self.stops += 1
+            self.stopping = True
             for proc in self._running:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
@@ -263,18 +263,15 @@ def run_job(job: Job, children: Children | None = None) -> int | None:
     None when the suite was stopping and the run was not started."""
     if finished(job.run_dir):
         return 0
-    children = children or Children()
-    if children.stops:
-        return None
     argv = [sys.executable, "-m", "scripts.train", *job.argv]
     if (job.run_dir / "config.json").is_file():
         argv.append(f"resume={job.run_dir}")
     job.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(job.run_dir.parent / f"s{job.seed}.log", "a") as log:
-        proc = children.start(argv, log)
-        if proc is None:
-            return None
-        code = children.wait(proc)
+    children = children or Children()
+    proc = children.start(argv, job.run_dir.parent / f"s{job.seed}.log")
+    if proc is None:
+        return None
+    code = children.wait(proc)
     status = "finished" if finished(job.run_dir) else "not finished"
     print(f"{job.task} {job.variant} seed {job.seed}: exit {code}, {status}", flush=True)
     return code
@@ -289,12 +286,12 @@ def run_jobs(todo: list[Job], parallel: int) -> tuple[list[int | None], str | No
         futures = [pool.submit(run_job, job, children) for job in todo]
         try:
             while wait(futures, timeout=0.5).not_done:
-                if stop.requested and not children.stops:
+                if stop.requested and not children.stopping:
                     children.stop()
         except KeyboardInterrupt:  # the second signal
             children.stop()
             raise
-        if stop.requested and not children.stops:
+        if stop.requested and not children.stopping:
             children.stop()
     return [f.result() for f in futures], stop.requested
 
