@@ -291,8 +291,6 @@ def run_jobs(todo: list[Job], parallel: int) -> tuple[list[int | None], str | No
         except KeyboardInterrupt:  # the second signal
             children.stop()
             raise
-        if stop.requested and not children.stopping:
-            children.stop()
     return [f.result() for f in futures], stop.requested
 
 
