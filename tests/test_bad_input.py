@@ -25,7 +25,7 @@ CASES = [
         "agent.learnin_rate=1",
         "agent.learnin_rate is not a key: allowed adam_epsilon|advantage_learning|average_tau|batch_size|",
     ),
-    ("agent=foo", "agent=foo is invalid: allowed r2d2|rddpg|rdqn|rtd3"),
+    ("agent=foo", "agent=foo is invalid: allowed r2d2|rddpg|rdqn|rdqn_lambda|rtd3"),
     ("env=nope", "env=nope is invalid: allowed atari_pong|cartpole|cartpole_p|"),
     ("+foo=1", "foo is not a key: allowed agent|env|"),
     ("+agent.foo=1", "agent.foo is not a key: allowed"),

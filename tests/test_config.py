@@ -56,6 +56,17 @@ def test_r2d2_preset_is_rdqn_with_r2d2_parts_and_env_presets_still_set_their_rep
     assert _compose(["agent=r2d2", "env=atari_pong"]).replay.capacity == 100_000
 
 
+def test_rdqn_lambda_preset_is_rdqn_with_lambda_targets_dueling_and_prioritized_replay() -> None:
+    rdqn, lam = _compose(["agent=rdqn"]), _compose(["agent=rdqn_lambda"])
+    # the rdqn preset with exactly these fields changed, and nothing else (h(x) stays off)
+    assert lam.agent == replace(rdqn.agent, name="rdqn_lambda", td_lambda=0.5)
+    assert lam.agent.kind == "rdqn" and not lam.agent.value_rescaling
+    assert lam.network == replace(rdqn.network, dueling=True)
+    assert lam.replay == replace(rdqn.replay, trace_length=48, priority_exponent=0.9, capacity=400_000)
+    assert lam.eval == replace(rdqn.eval, network="target")
+    assert (lam.train, lam.env) == (rdqn.train, rdqn.env)
+
+
 def test_minigrid_preset_ends_episodes_cut_by_its_time_limit_as_terminal() -> None:
     env = _compose(["env=minigrid_memory"]).env
     assert env.time_limit_terminal and env.max_episode_steps == 245

@@ -78,12 +78,12 @@ def test_the_suite_agent_goes_to_tasks_that_name_none():
         ("c", "other", ["agent=rtd3", "agent=rdqn"]),  # the later one, the variant's, wins
     ]
     assert suite.invalid(cfg) is None
-    assert suite.discrete_presets() == ["r2d2", "rdqn"]
+    assert suite.discrete_presets() == ["r2d2", "rdqn", "rdqn_lambda"]
     for bad in ("dqn", "rtd3"):  # unknown, or a preset for continuous actions
         cfg.discrete_agent = bad
         assert (
             suite.invalid(cfg)
-            == f"discrete_agent={bad!r} is not a discrete-action agent preset: allowed r2d2|rdqn"
+            == f"discrete_agent={bad!r} is not a discrete-action agent preset: allowed r2d2|rdqn|rdqn_lambda"
         )
     cfg.discrete_agent = "dqn"
     assert "Tasks that name no agent run `agent=dqn`." in suite.format_table(cfg, {})
@@ -226,14 +226,15 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("config", "task", "args"),
+    ("config", "task", "args", "agent"),
     [
-        ("suite", "minigrid_memory", []),
-        ("suite", "cartpole_p", ["discrete_agent=r2d2"]),
-        ("ablation", "cartpole_p", []),
+        ("suite", "minigrid_memory", [], "rdqn"),
+        ("suite", "cartpole_p", ["discrete_agent=r2d2"], "r2d2"),
+        ("suite", "count_recall", ["discrete_agent=rdqn_lambda"], "rdqn_lambda"),
+        ("ablation", "cartpole_p", [], "rdqn"),  # the ablation's variants change the rdqn preset
     ],
 )
-def test_shipped_suite_configs_compose_and_their_runs_validate(config, task, args):
+def test_shipped_suite_configs_compose_and_their_runs_validate(config, task, args, agent):
     """Every variant's overrides of one task compose into a run config that passes validation."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
@@ -251,4 +252,4 @@ def test_shipped_suite_configs_compose_and_their_runs_validate(config, task, arg
                 overrides = [a for a in job.argv if not a.startswith("hydra.")]
                 run = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
                 validate(run)
-                assert run.agent.name == ("r2d2" if args else "rdqn")
+                assert run.agent.name == agent
