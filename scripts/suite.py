@@ -83,7 +83,7 @@ class SuiteConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     # The agent preset (conf/agent/<name>.yaml, one built on rdqn) of every task whose overrides
     # name none: the one preset the discrete tasks share. The continuous tasks name theirs (rtd3).
-    discrete_agent: str = "rdqn"
+    discrete_agent: str = "rdqn_lambda"
     # Overrides applied to every run of every variant.
     overrides: list[str] = field(default_factory=list)
     # Variants to run on each task, by name (keys of variant_defs), in this order.

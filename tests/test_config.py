@@ -62,7 +62,7 @@ def test_rdqn_lambda_preset_is_rdqn_with_lambda_targets_dueling_and_prioritized_
     assert lam.agent == replace(rdqn.agent, name="rdqn_lambda", td_lambda=0.5)
     assert lam.agent.kind == "rdqn" and not lam.agent.value_rescaling
     assert lam.network == replace(rdqn.network, dueling=True)
-    assert lam.replay == replace(rdqn.replay, trace_length=48, priority_exponent=0.9, capacity=400_000)
+    assert lam.replay == replace(rdqn.replay, trace_length=48, priority_exponent=0.6, capacity=400_000)
     assert lam.eval == replace(rdqn.eval, network="target")
     assert (lam.train, lam.env) == (rdqn.train, rdqn.env)
 

@@ -50,7 +50,7 @@ def test_invalid_names_the_key():
 def test_jobs_run_each_variant_with_its_overrides_after_the_task_and_suite_overrides():
     tasks = {"a": SuiteTask(overrides=["env=cue_memory"]), "b": SuiteTask(variants=["zero"])}
     defs = {"preset": [], "zero": ["replay.initial_state=zero"], "unused": ["y=2"]}
-    cfg = SuiteConfig(tasks=["a", "b"], task_defs=tasks, seeds=[3], overrides=["x=1"])
+    cfg = SuiteConfig(tasks=["a", "b"], task_defs=tasks, seeds=[3], overrides=["x=1"], discrete_agent="rdqn")
     cfg.variants, cfg.variant_defs = ["preset", "zero"], defs
     got = [(j.task, j.variant, j.argv[:4]) for j in suite.jobs(cfg)]
     assert got == [
@@ -228,9 +228,9 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
 @pytest.mark.parametrize(
     ("config", "task", "args", "agent"),
     [
-        ("suite", "minigrid_memory", [], "rdqn"),
+        ("suite", "minigrid_memory", [], "rdqn_lambda"),
         ("suite", "cartpole_p", ["discrete_agent=r2d2"], "r2d2"),
-        ("suite", "count_recall", ["discrete_agent=rdqn_lambda"], "rdqn_lambda"),
+        ("suite", "count_recall", ["discrete_agent=rdqn"], "rdqn"),
         ("ablation", "cartpole_p", [], "rdqn"),  # the ablation's variants change the rdqn preset
     ],
 )
