@@ -111,7 +111,8 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
 
 def evaluate_run(saved: SavedRun, episodes: int, network: str, seed: int, env=None) -> dict:
     """Greedy episodes (one per env of a fresh vector env, or of ``env``); returns the record that
-    ``eval-<step>.json`` holds: returns per episode, mean, std and the settings."""
+    ``eval-<step>.json`` holds: returns per episode, mean, std, the success rate where the env sets
+    ``env.success_return``, and the settings."""
     if episodes < 1:
         raise ConfigError(f"episodes={episodes} is invalid: allowed integers >= 1")
     network = saved.network_name(network)
@@ -123,7 +124,7 @@ def evaluate_run(saved: SavedRun, episodes: int, network: str, seed: int, env=No
     finally:
         if own:
             env.close()
-    return {
+    record = {
         "run": str(saved.run_dir),
         "step": saved.step,
         "network": network,
@@ -133,6 +134,10 @@ def evaluate_run(saved: SavedRun, episodes: int, network: str, seed: int, env=No
         "return_mean": float(np.mean(returns)),
         "return_std": float(np.std(returns)),
     }
+    success_return = saved.config.env.success_return
+    if success_return is not None:  # as the run's own evaluations count a success
+        record["success_rate"] = float(np.mean(returns >= success_return))
+    return record
 
 
 def record_video(saved: SavedRun, network: str, seed: int, episodes: int, folder: Path) -> list[str]:

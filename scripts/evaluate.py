@@ -72,13 +72,15 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    success = f", success rate {record['success_rate']:.2f}" if "success_rate" in record else ""
     log.info(
-        "%s at env step %d, %s network: return %.2f +- %.2f over %d episodes -> %s",
+        "%s at env step %d, %s network: return %.2f +- %.2f%s over %d episodes -> %s",
         config.run,
         record["step"],
         record["network"],
         record["return_mean"],
         record["return_std"],
+        success,
         record["episodes"],
         Path(config.run) / f"eval-{record['step']}.json",
     )

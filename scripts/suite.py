@@ -11,7 +11,11 @@ curves (``DIR/curves.csv``, and ``DIR/curves.png`` with matplotlib). Per task, v
 * the best evaluation and the evaluation at the end of the budget (stability: does it still meet
   the threshold there?);
 * with ``floor``: the lowest evaluation after the first one at or above the threshold, over the
-  whole run (``run_steps`` may go past the budget to test that the policy stays learned).
+  whole run (``run_steps`` may go past the budget to test that the policy stays learned);
+* the final policy (the run's last checkpoint) over ``final_episodes`` greedy episodes
+  (``scripts.evaluate``, the same episode seeds for every run), a tenth of a 10-episode
+  evaluation's variance: whether the policy the run ends with meets the threshold, where the last
+  in-training evaluation says so only to within a few hundredths.
 
 The suite takes hours; it can be stopped at any time (SIGTERM or Ctrl-C: every running run
 finishes its step and checkpoints, no new one starts, the table so far is written, exit 128 + the
@@ -59,6 +63,9 @@ class SuiteTask:
     floor: float | None = None
     # Env steps between greedy evaluations.
     eval_every: int = 5_000
+    # Greedy episodes of the final policy (the last checkpoint, scripts.evaluate) once a run has
+    # finished; 0 = none.
+    final_episodes: int = 100
 
     @property
     def length(self) -> int:
@@ -100,6 +107,11 @@ class SuiteConfig:
 
 
 METRICS = {"return": "eval_return_mean", "success": "eval_success_rate"}
+# Keys of the final evaluation's record (eval-<step>.json) per metric.
+FINAL_METRICS = {"return": "return_mean", "success": "success_rate"}
+# Episode i of every final evaluation starts from this seed + i: every run and variant of a task
+# meets the same episodes, none of them one its training or its evaluations saw.
+FINAL_EVAL_SEED = 2_000_003
 
 
 AGENT_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "agent"
@@ -145,6 +157,8 @@ def invalid(cfg: SuiteConfig) -> str | None:
             return f"task_defs.{name}.metric={task.metric!r} is invalid: allowed {'|'.join(METRICS)}"
         if task.budget < 1 or task.eval_every < 1:
             return f"task_defs.{name}: budget and eval_every must be integers >= 1"
+        if task.final_episodes < 0:
+            return f"task_defs.{name}.final_episodes={task.final_episodes} is invalid: allowed integers >= 0"
         if task.run_steps is not None and task.run_steps < task.budget:
             return (
                 f"task_defs.{name}.run_steps={task.run_steps} is invalid: allowed >= budget ({task.budget})"
@@ -175,6 +189,8 @@ class Job:
     seed: int
     run_dir: Path
     argv: list[str]
+    # Greedy episodes of the final policy once the run has finished (0: none).
+    final_episodes: int = 0
 
 
 def jobs(cfg: SuiteConfig) -> list[Job]:
@@ -201,7 +217,7 @@ def jobs(cfg: SuiteConfig) -> list[Job]:
                     "train.progress_bar=false",
                     f"hydra.run.dir={run_dir}",
                 ]
-                out.append(Job(name, variant, seed, run_dir, argv))
+                out.append(Job(name, variant, seed, run_dir, argv, task.final_episodes))
     return out
 
 
@@ -211,6 +227,21 @@ def finished(run_dir: Path) -> bool:
     if not path.is_file():
         return False
     return json.loads(path.read_text()).get("status") == "finished"
+
+
+def final_record(run_dir: Path, episodes: int) -> dict | None:
+    """The suite's final evaluation of a finished run (``eval-<last step>.json`` over ``episodes``
+    episodes from :data:`FINAL_EVAL_SEED`), or None if it has not been made. An evaluation the user
+    made with other settings does not count (the suite makes its own, over the same file)."""
+    if episodes < 1 or not finished(run_dir):
+        return None
+    step = json.loads((run_dir / "summary.json").read_text()).get("env_steps")
+    path = run_dir / f"eval-{step}.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    same = record.get("episodes") == episodes and record.get("seed") == FINAL_EVAL_SEED
+    return record if same and record.get("step") == step else None
 
 
 class SuiteStopped(Exception):
@@ -259,21 +290,41 @@ class Children:
 
 
 def run_job(job: Job, children: Children | None = None) -> int | None:
-    """Train one run in its own process (resuming an interrupted one); returns its exit code, or
-    None when the suite was stopping and the run was not started."""
-    if finished(job.run_dir):
-        return 0
-    argv = [sys.executable, "-m", "scripts.train", *job.argv]
-    if (job.run_dir / "config.json").is_file():
-        argv.append(f"resume={job.run_dir}")
-    job.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    """Train one run in its own process (resuming an interrupted one), then evaluate its final
+    policy (:func:`final_record`) in another; returns the last exit code, or None when the suite was
+    stopping and the process was not started."""
     children = children or Children()
+    if not finished(job.run_dir):
+        argv = [sys.executable, "-m", "scripts.train", *job.argv]
+        if (job.run_dir / "config.json").is_file():
+            argv.append(f"resume={job.run_dir}")
+        job.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        proc = children.start(argv, job.run_dir.parent / f"s{job.seed}.log")
+        if proc is None:
+            return None
+        code = children.wait(proc)
+        status = "finished" if finished(job.run_dir) else "not finished"
+        print(f"{job.task} {job.variant} seed {job.seed}: exit {code}, {status}", flush=True)
+        if not finished(job.run_dir):
+            return code
+    if job.final_episodes < 1 or final_record(job.run_dir, job.final_episodes) is not None:
+        return 0
+    step = json.loads((job.run_dir / "summary.json").read_text())["env_steps"]
+    argv = [
+        sys.executable,
+        "-m",
+        "scripts.evaluate",
+        f"run={job.run_dir}",
+        f"step={step}",
+        f"episodes={job.final_episodes}",
+        f"seed={FINAL_EVAL_SEED}",
+    ]
     proc = children.start(argv, job.run_dir.parent / f"s{job.seed}.log")
     if proc is None:
         return None
     code = children.wait(proc)
-    status = "finished" if finished(job.run_dir) else "not finished"
-    print(f"{job.task} {job.variant} seed {job.seed}: exit {code}, {status}", flush=True)
+    print(f"{job.task} {job.variant} seed {job.seed}: final evaluation over {job.final_episodes} episodes,"
+          f" exit {code}", flush=True)  # fmt: skip
     return code
 
 
@@ -305,9 +356,13 @@ def read_run(run_dir: Path, task: SuiteTask) -> dict | None:
     curve = [(int(r["env_steps"]), float(r["wall_time_s"]), float(r.get(column) or "nan")) for r in rows]
     if not curve:
         return None
+    final = final_record(run_dir, task.final_episodes)
+    value = final.get(FINAL_METRICS[task.metric]) if final else None
     return summarize_curve(curve, task) | {
         "finished": finished(run_dir),
         "curve": [[s, v] for s, _, v in curve],
+        "final": value,
+        "final_step": final["step"] if final else None,
     }
 
 
@@ -350,6 +405,9 @@ def collect(cfg: SuiteConfig) -> dict:
             entry["complete"] = sum(r.get("last_step", 0) >= task.length for r in runs)
             entry["reached"] = sum(r["steps_to_threshold"] is not None for r in runs)
             entry["held_at_budget"] = sum(bool(r["holds_at_budget"]) for r in runs)
+            finals = [r["final"] for r in runs if r.get("final") is not None]
+            entry["final_evaluated"] = len(finals)
+            entry["final_held"] = None if task.threshold is None else sum(v >= task.threshold for v in finals)
             entry["median_steps_to_threshold"] = median_or_none([r["steps_to_threshold"] for r in runs])
             entry["median_wall_to_threshold_s"] = median_or_none([r["wall_to_threshold_s"] for r in runs])
             if task.floor is not None:
@@ -369,7 +427,26 @@ def _num(x: float | None, spec: str = ".2f") -> str:
 
 
 def _steps(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1000:g}k"
+    # evaluations land on the first multiple of num_envs at or past the schedule: 42504 -> 42.5k
+    return "-" if x is None else f"{round(x / 100) / 10:g}k"
+
+
+def _final_cell(task: SuiteTask, entry: dict, spec: str) -> str:
+    """The final evaluations of a task's runs: per seed (with the step where it is not the end of
+    the task's runs), then how many meet the threshold (or their median) and over how many episodes."""
+    if task.final_episodes < 1:
+        return "-"
+    values = []
+    for r in entry["runs"]:
+        value = _num(r.get("final"), spec)
+        step = r.get("final_step")
+        values.append(value if step in (None, task.length) else f"{value} at {_steps(step)}")
+    if task.threshold is None:
+        finals = [r["final"] for r in entry["runs"] if r.get("final") is not None]
+        held = f"median {_num(median_or_none(finals), spec)}"
+    else:
+        held = f"{entry['final_held']}/{entry['seeds']}"
+    return f"{', '.join(values)} ({held}; {task.final_episodes})"
 
 
 def format_table(cfg: SuiteConfig, result: dict) -> str:
@@ -380,8 +457,8 @@ def format_table(cfg: SuiteConfig, result: dict) -> str:
         "",
         "| task | metric >= threshold | budget | variant | seeds reaching it | env steps to it per seed "
         "(median) | median wall s to it | best per seed | at the budget per seed (holding) | "
-        "lowest after reaching it (floor, run length) |",
-        "|---|---|--:|---|--:|---|--:|---|---|---|",
+        "lowest after reaching it (floor, run length) | final policy per seed (holding; episodes) |",
+        "|---|---|--:|---|--:|---|--:|---|---|---|---|",
     ]
     for name, variants in result.items():
         task = cfg.task_defs[name]
@@ -403,6 +480,7 @@ def format_table(cfg: SuiteConfig, result: dict) -> str:
                 lows = ", ".join(_num(r.get("lowest_after_threshold"), spec) for r in runs)
                 stay = f"{e['stayed_above_floor']}/{e['seeds']} stay >= {task.floor:g}"
                 floor = f"{lows} ({stay} to {_steps(task.run_steps)})"
+            final = _final_cell(task, e, spec)
             incomplete = e["seeds"] - e["complete"]
             note = f" ({incomplete} unfinished)" if incomplete else ""
             if task.threshold is None:  # a reported task: the end-of-budget median to set beside the baseline
@@ -416,7 +494,7 @@ def format_table(cfg: SuiteConfig, result: dict) -> str:
                 held = f"{e['held_at_budget']}/{e['seeds']}"
             lines.append(
                 f"| {name} | {thr} | {_steps(task.budget)} | {variant}{note} | {reached} | {steps} | "
-                f"{wall} | {best} | {budget} ({held}) | {floor} |"
+                f"{wall} | {best} | {budget} ({held}) | {floor} | {final} |"
             )
     return "\n".join(lines) + "\n"
 

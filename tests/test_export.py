@@ -154,6 +154,10 @@ def test_evaluate_run_writes_returns_and_refuses_a_missing_step(tiny_config: Con
     record = evaluate_run(saved, episodes=6, network="target", seed=5)
     assert record["episodes"] == 6 and len(record["returns"]) == 6 and record["network"] == "target"
     assert np.isclose(record["return_mean"], np.mean(record["returns"]))
+    assert "success_rate" not in record  # the env sets no success_return
+    saved.config.env.success_return = 0.5
+    counted = evaluate_run(saved, episodes=6, network="target", seed=5)
+    assert counted["success_rate"] == np.mean(np.array(counted["returns"]) >= 0.5)
     with pytest.raises(ConfigError, match=r"^step=300 is invalid: allowed 200\|400$"):
         load_run(tiny_config.run_dir, step=300)
     allowed = r"^network='ema' is invalid: allowed run\|online\|target\|average$"

@@ -45,6 +45,8 @@ def test_invalid_names_the_key():
     assert "task_defs.a.run_steps=5" in suite.invalid(cfg)
     cfg = SuiteConfig(tasks=["a"], task_defs={"a": SuiteTask(metric="median")})
     assert "allowed return|success" in suite.invalid(cfg)
+    cfg = SuiteConfig(tasks=["a"], task_defs={"a": SuiteTask(final_episodes=-1)})
+    assert suite.invalid(cfg) == "task_defs.a.final_episodes=-1 is invalid: allowed integers >= 0"
 
 
 def test_jobs_run_each_variant_with_its_overrides_after_the_task_and_suite_overrides():
@@ -99,7 +101,42 @@ def test_a_reported_task_shows_its_end_of_budget_median_and_no_threshold_counts(
         rows = ["env_steps,wall_time_s,eval_return_mean", "100,1.0,0.1", f"200,2.0,{end}"]
         (job.run_dir / "progress.csv").write_text("\n".join(rows) + "\n")
     row = suite.format_table(cfg, suite.collect(cfg)).splitlines()[-1]
-    assert row == "| r | report | 0.2k | preset | - | - | - | 0.40, 0.60 | 0.40, 0.60 (median 0.50) | - |"
+    assert row == (
+        "| r | report | 0.2k | preset | - | - | - | 0.40, 0.60 | 0.40, 0.60 (median 0.50) | - "
+        "| -, - (median -; 100) |"
+    )
+
+
+def _finished_run(run_dir: Path, step: int, rows: list[str]) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "env_steps": step}))
+    (run_dir / "progress.csv").write_text("\n".join(rows) + "\n")
+
+
+def _final_eval(run_dir: Path, step: int, episodes: int, seed: int = suite.FINAL_EVAL_SEED, **values) -> None:
+    record = {"step": step, "episodes": episodes, "seed": seed, **values}
+    (run_dir / f"eval-{step}.json").write_text(json.dumps(record))
+
+
+def test_the_final_evaluation_counts_only_when_made_by_the_suite_and_uses_the_task_metric(tmp_path):
+    """The final policy's figure comes from eval-<last step>.json made over the task's episodes from
+    the suite's seed; a user's own evaluation of the same checkpoint is not mistaken for it."""
+    task = SuiteTask(metric="success", threshold=0.9, budget=200, final_episodes=50)
+    cfg = SuiteConfig(out=str(tmp_path), tasks=["m"], task_defs={"m": task}, seeds=[0, 1, 2])
+    cfg.variants = ["preset"]
+    rows = ["env_steps,wall_time_s,eval_return_mean,eval_success_rate", "100,1.0,0.1,0.2", "200,2.0,0.5,0.9"]
+    for job in suite.jobs(cfg):
+        _finished_run(job.run_dir, 200, rows)
+    runs = [job.run_dir for job in suite.jobs(cfg)]
+    _final_eval(runs[0], 200, 50, return_mean=0.7, success_rate=0.96)
+    _final_eval(runs[1], 200, 50, return_mean=0.6, success_rate=0.82)
+    _final_eval(runs[2], 200, 10, seed=0, return_mean=0.9, success_rate=1.0)  # made by hand
+    assert suite.final_record(runs[2], 50) is None and suite.final_record(runs[0], 50)["step"] == 200
+    result = suite.collect(cfg)
+    entry = result["m"]["preset"]
+    assert [r["final"] for r in entry["runs"]] == [0.96, 0.82, None]
+    assert entry["final_evaluated"] == 2 and entry["final_held"] == 1
+    assert suite.format_table(cfg, result).rstrip().endswith("| 0.96, 0.82, - (1/3; 50) |")
 
 
 def test_cli_runs_only_the_variants_asked_for(tmp_path):
@@ -150,11 +187,18 @@ def test_jobs_resume_an_interrupted_run_and_skip_a_finished_one(tmp_path, monkey
     for job, status in ((done, "finished"), (stopped, "stopped by SIGTERM")):
         job.run_dir.mkdir(parents=True)
         (job.run_dir / "config.json").write_text("{}")
-        (job.run_dir / "summary.json").write_text(json.dumps({"status": status}))
+        (job.run_dir / "summary.json").write_text(json.dumps({"status": status, "env_steps": 100}))
+    # a finished run is not trained again; only its final policy is evaluated, once
+    assert suite.run_job(done) == 0
+    assert calls == [[sys.executable, "-m", "scripts.evaluate", f"run={done.run_dir}", "step=100",
+                      "episodes=100", f"seed={suite.FINAL_EVAL_SEED}"]]  # fmt: skip
+    _final_eval(done.run_dir, 100, 100)
+    calls.clear()
     assert suite.run_job(done) == 0 and calls == []
     assert suite.run_job(stopped) == 0
     assert calls[0][-1] == f"resume={stopped.run_dir}" and "seed=1" in calls[0]
     assert "train.total_env_steps=100" in calls[0]
+    assert len(calls) == 1  # still not finished: no final evaluation
 
 
 def test_a_stopping_suite_starts_no_more_runs(tmp_path, monkeypatch):
@@ -205,7 +249,7 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
         overrides=["env=cue_memory", "env.kwargs.delay=2", "env.num_envs=4", "network.units=16",
                    "network.pre_layers=[16]", "replay.capacity=4000", "replay.burn_in=2",
                    "replay.trace_length=4", "agent.batch_size=8", "train.learning_starts=100"],
-        threshold=0.9, budget=400, run_steps=600, floor=0.5, eval_every=200,
+        threshold=0.9, budget=400, run_steps=600, floor=0.5, eval_every=200, final_episodes=3,
     )  # fmt: skip
     cfg = SuiteConfig(out=str(tmp_path / "s"), tasks=["cue"], task_defs={"cue": task}, seeds=[0])
     result = suite.run_suite(cfg)
@@ -213,14 +257,18 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
     assert preset["complete"] == 1 and baseline["complete"] == 1
     run = preset["runs"][0]
     assert [p[0] for p in run["curve"]] == [200, 400, 600] and run["finished"]
+    final = json.loads((tmp_path / "s/cue/preset/s0/eval-600.json").read_text())
+    assert final["episodes"] == 3 and final["seed"] == suite.FINAL_EVAL_SEED
+    assert run["final"] == final["return_mean"] and run["final_step"] == 600
     config = json.loads((tmp_path / "s/cue/baseline/s0/config.json").read_text())
     assert config["network"]["cell"] == "mlp" and config["train"]["total_env_steps"] == 600
     table = (tmp_path / "s/suite.md").read_text()
     assert "| cue | return >= 0.9 | 0.4k | preset |" in table and "| baseline |" in table
     progress = tmp_path / "s/cue/preset/s0/progress.csv"
-    before = progress.stat().st_mtime_ns
-    again = suite.run_suite(cfg)  # finished runs are read back, not rerun
-    assert progress.stat().st_mtime_ns == before
+    evaluated = tmp_path / "s/cue/preset/s0/eval-600.json"
+    before = progress.stat().st_mtime_ns, evaluated.stat().st_mtime_ns
+    again = suite.run_suite(cfg)  # finished runs are read back, neither rerun nor evaluated again
+    assert (progress.stat().st_mtime_ns, evaluated.stat().st_mtime_ns) == before
     assert again["cue"]["preset"]["runs"][0]["curve"] == run["curve"]
     assert (tmp_path / "s/curves.csv").read_text().startswith("task,variant,seed,env_steps,value")
 
