@@ -1,10 +1,10 @@
 """Evaluate a trained run: ``python -m scripts.evaluate run=DIR [step=N] [episodes=10]
-[network=run|online|target|average] [seed=0] [video=false]``.
+[network=run|online|target|average] [seed=0] [record=FILE] [video=false]``.
 
 Greedy episodes from the run's newest complete checkpoint (or ``step``); prints mean +- std and
-writes ``eval-<step>.json`` into the run. ``video=true`` also records ``video_episodes`` episodes
-of an env that renders ``rgb_array`` into ``DIR/videos/eval-<step>/`` (needs
-``pip install -e '.[video]'``).
+writes ``eval-<step>.json`` into the run (or ``record``). ``video=true`` also records
+``video_episodes`` episodes of an env that renders ``rgb_array`` into ``DIR/videos/eval-<step>/``
+(needs ``pip install -e '.[video]'``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class EvaluateConfig:
     network: str = "run"
     # Seed of the evaluation envs (episode i starts from seed + i).
     seed: int = 0
+    # The JSON file the record goes to; null = DIR/eval-<step>.json.
+    record: str | None = None
     # Record episodes to DIR/videos/eval-<step>/ (the env must render rgb_array).
     video: bool = False
     # Episodes to record when video=true.
@@ -49,18 +51,24 @@ class EvaluateConfig:
 
 
 def run_evaluation(cfg: EvaluateConfig) -> dict:
-    """Evaluate, write ``eval-<step>.json`` (and videos); returns the record."""
+    """Evaluate, write the record (``eval-<step>.json`` unless ``cfg.record`` names the file) and
+    the videos; returns the record."""
     from agents.rundir import atomic_write
     from agents.saved_run import check_network, evaluate_run, load_run, record_video
 
     check_network(cfg.network)
     saved = load_run(cfg.run, cfg.step)
     record = evaluate_run(saved, cfg.episodes, cfg.network, cfg.seed)
-    atomic_write(Path(cfg.run) / f"eval-{saved.step}.json", json.dumps(record, indent=2))
+    atomic_write(record_path(cfg, saved.step), json.dumps(record, indent=2))
     if cfg.video:
         folder = Path(cfg.run) / "videos" / f"eval-{saved.step}"
         record["videos"] = record_video(saved, cfg.network, cfg.seed, cfg.video_episodes, folder)
     return record
+
+
+def record_path(cfg: EvaluateConfig, step: int) -> Path:
+    """Where the record of an evaluation at ``step`` goes."""
+    return Path(cfg.record) if cfg.record else Path(cfg.run) / f"eval-{step}.json"
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
@@ -82,7 +90,7 @@ def main(cfg: DictConfig) -> float:
         record["return_std"],
         success,
         record["episodes"],
-        Path(config.run) / f"eval-{record['step']}.json",
+        record_path(config, record["step"]),
     )
     return record["return_mean"]
 

@@ -112,6 +112,8 @@ FINAL_METRICS = {"return": "return_mean", "success": "success_rate"}
 # Episode i of every final evaluation starts from this seed + i: every run and variant of a task
 # meets the same episodes, none of them one its training or its evaluations saw.
 FINAL_EVAL_SEED = 2_000_003
+# The final evaluation's record in each run directory (the user's own eval-<step>.json stay as they are).
+FINAL_RECORD = "suite-final-eval.json"
 
 
 AGENT_PRESETS = Path(__file__).resolve().parent.parent / "conf" / "agent"
@@ -230,15 +232,13 @@ def finished(run_dir: Path) -> bool:
 
 
 def final_record(run_dir: Path, episodes: int) -> dict | None:
-    """The suite's final evaluation of a finished run (``eval-<last step>.json`` over ``episodes``
-    episodes from :data:`FINAL_EVAL_SEED`), or None if it has not been made. An evaluation the user
-    made with other settings does not count (the suite makes its own, over the same file)."""
-    if episodes < 1 or not finished(run_dir):
+    """The suite's final evaluation of a finished run (``FINAL_RECORD``: its last checkpoint over
+    ``episodes`` episodes from :data:`FINAL_EVAL_SEED`), or None if it has not been made for the
+    run's last step with those settings."""
+    path = run_dir / FINAL_RECORD
+    if episodes < 1 or not finished(run_dir) or not path.is_file():
         return None
     step = json.loads((run_dir / "summary.json").read_text()).get("env_steps")
-    path = run_dir / f"eval-{step}.json"
-    if not path.is_file():
-        return None
     record = json.loads(path.read_text())
     same = record.get("episodes") == episodes and record.get("seed") == FINAL_EVAL_SEED
     return record if same and record.get("step") == step else None
@@ -318,6 +318,7 @@ def run_job(job: Job, children: Children | None = None) -> int | None:
         f"step={step}",
         f"episodes={job.final_episodes}",
         f"seed={FINAL_EVAL_SEED}",
+        f"record={job.run_dir / FINAL_RECORD}",
     ]
     proc = children.start(argv, job.run_dir.parent / f"s{job.seed}.log")
     if proc is None:

@@ -227,6 +227,12 @@ def test_evaluate_command_writes_eval_json_and_refuses_a_non_run(tiny_config: Co
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((Path(run) / "eval-400.json").read_text())
     assert record["episodes"] == 3 and record["step"] == 400
+    elsewhere = tmp_path / "final.json"  # record= leaves eval-<step>.json as it was
+    again = [*cmd, "episodes=2", "step=200", f"record={elsewhere}"]
+    proc = subprocess.run(again, cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(elsewhere.read_text())["step"] == 200 and not (Path(run) / "eval-200.json").exists()
+    assert json.loads((Path(run) / "eval-400.json").read_text()) == record
     bad = tmp_path / "empty"
     proc = subprocess.run([*cmd[:3], f"run={bad}"], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: run=")

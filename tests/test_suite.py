@@ -115,12 +115,13 @@ def _finished_run(run_dir: Path, step: int, rows: list[str]) -> None:
 
 def _final_eval(run_dir: Path, step: int, episodes: int, seed: int = suite.FINAL_EVAL_SEED, **values) -> None:
     record = {"step": step, "episodes": episodes, "seed": seed, **values}
-    (run_dir / f"eval-{step}.json").write_text(json.dumps(record))
+    (run_dir / suite.FINAL_RECORD).write_text(json.dumps(record))
 
 
 def test_the_final_evaluation_counts_only_when_made_by_the_suite_and_uses_the_task_metric(tmp_path):
-    """The final policy's figure comes from eval-<last step>.json made over the task's episodes from
-    the suite's seed; a user's own evaluation of the same checkpoint is not mistaken for it."""
+    """The final policy's figure comes from the suite's record of the last checkpoint over the task's
+    episodes from the suite's seed; a record made with other settings, or of an earlier step, is
+    not mistaken for it, nor is the user's own eval-<step>.json."""
     task = SuiteTask(metric="success", threshold=0.9, budget=200, final_episodes=50)
     cfg = SuiteConfig(out=str(tmp_path), tasks=["m"], task_defs={"m": task}, seeds=[0, 1, 2])
     cfg.variants = ["preset"]
@@ -130,8 +131,11 @@ def test_the_final_evaluation_counts_only_when_made_by_the_suite_and_uses_the_ta
     runs = [job.run_dir for job in suite.jobs(cfg)]
     _final_eval(runs[0], 200, 50, return_mean=0.7, success_rate=0.96)
     _final_eval(runs[1], 200, 50, return_mean=0.6, success_rate=0.82)
-    _final_eval(runs[2], 200, 10, seed=0, return_mean=0.9, success_rate=1.0)  # made by hand
+    _final_eval(runs[2], 200, 10, seed=0, return_mean=0.9, success_rate=1.0)  # other settings
     assert suite.final_record(runs[2], 50) is None and suite.final_record(runs[0], 50)["step"] == 200
+    _final_eval(runs[2], 100, 50, return_mean=0.9, success_rate=1.0)  # an earlier step
+    (runs[2] / "eval-200.json").write_text(json.dumps({"step": 200, "episodes": 50, "success_rate": 1.0}))
+    assert suite.final_record(runs[2], 50) is None
     result = suite.collect(cfg)
     entry = result["m"]["preset"]
     assert [r["final"] for r in entry["runs"]] == [0.96, 0.82, None]
@@ -191,7 +195,8 @@ def test_jobs_resume_an_interrupted_run_and_skip_a_finished_one(tmp_path, monkey
     # a finished run is not trained again; only its final policy is evaluated, once
     assert suite.run_job(done) == 0
     assert calls == [[sys.executable, "-m", "scripts.evaluate", f"run={done.run_dir}", "step=100",
-                      "episodes=100", f"seed={suite.FINAL_EVAL_SEED}"]]  # fmt: skip
+                      "episodes=100", f"seed={suite.FINAL_EVAL_SEED}",
+                      f"record={done.run_dir / suite.FINAL_RECORD}"]]  # fmt: skip
     _final_eval(done.run_dir, 100, 100)
     calls.clear()
     assert suite.run_job(done) == 0 and calls == []
@@ -257,7 +262,7 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
     assert preset["complete"] == 1 and baseline["complete"] == 1
     run = preset["runs"][0]
     assert [p[0] for p in run["curve"]] == [200, 400, 600] and run["finished"]
-    final = json.loads((tmp_path / "s/cue/preset/s0/eval-600.json").read_text())
+    final = json.loads((tmp_path / "s/cue/preset/s0" / suite.FINAL_RECORD).read_text())
     assert final["episodes"] == 3 and final["seed"] == suite.FINAL_EVAL_SEED
     assert run["final"] == final["return_mean"] and run["final_step"] == 600
     config = json.loads((tmp_path / "s/cue/baseline/s0/config.json").read_text())
@@ -265,7 +270,7 @@ def test_tiny_suite_writes_the_table_and_reads_runs_back(tmp_path):
     table = (tmp_path / "s/suite.md").read_text()
     assert "| cue | return >= 0.9 | 0.4k | preset |" in table and "| baseline |" in table
     progress = tmp_path / "s/cue/preset/s0/progress.csv"
-    evaluated = tmp_path / "s/cue/preset/s0/eval-600.json"
+    evaluated = tmp_path / "s/cue/preset/s0" / suite.FINAL_RECORD
     before = progress.stat().st_mtime_ns, evaluated.stat().st_mtime_ns
     again = suite.run_suite(cfg)  # finished runs are read back, neither rerun nor evaluated again
     assert (progress.stat().st_mtime_ns, evaluated.stat().st_mtime_ns) == before
