@@ -437,6 +437,8 @@ def _final_cell(task: SuiteTask, entry: dict, spec: str) -> str:
     the task's runs), then how many meet the threshold (or their median) and over how many episodes."""
     if task.final_episodes < 1:
         return "-"
+    # a third decimal for values within [-1, 1]: a mean of 100 episodes at 0.946 must not read as 0.95
+    spec = ".3f" if spec == ".2f" else spec
     values = []
     for r in entry["runs"]:
         value = _num(r.get("final"), spec)

@@ -140,7 +140,7 @@ def test_the_final_evaluation_counts_only_when_made_by_the_suite_and_uses_the_ta
     entry = result["m"]["preset"]
     assert [r["final"] for r in entry["runs"]] == [0.96, 0.82, None]
     assert entry["final_evaluated"] == 2 and entry["final_held"] == 1
-    assert suite.format_table(cfg, result).rstrip().endswith("| 0.96, 0.82, - (1/3; 50) |")
+    assert suite.format_table(cfg, result).rstrip().endswith("| 0.960, 0.820, - (1/3; 50) |")
 
 
 def test_cli_runs_only_the_variants_asked_for(tmp_path):
