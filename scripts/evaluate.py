@@ -57,6 +57,11 @@ def run_evaluation(cfg: EvaluateConfig) -> dict:
     from agents.saved_run import check_network, evaluate_run, load_run, record_video
 
     check_network(cfg.network)
+    if cfg.record and not Path(cfg.record).parent.is_dir():
+        raise ConfigError(
+            f"record={cfg.record!r} is invalid: allowed a file in an existing directory"
+            f" ({Path(cfg.record).parent} does not exist)"
+        )
     saved = load_run(cfg.run, cfg.step)
     record = evaluate_run(saved, cfg.episodes, cfg.network, cfg.seed)
     atomic_write(record_path(cfg, saved.step), json.dumps(record, indent=2))

@@ -233,6 +233,12 @@ def test_evaluate_command_writes_eval_json_and_refuses_a_non_run(tiny_config: Co
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(elsewhere.read_text())["step"] == 200 and not (Path(run) / "eval-200.json").exists()
     assert json.loads((Path(run) / "eval-400.json").read_text()) == record
+    from scripts.evaluate import EvaluateConfig, run_evaluation
+
+    with pytest.raises(
+        ConfigError, match=r"^record='.*/nowhere/x\.json' is invalid: allowed a file in an existing"
+    ):
+        run_evaluation(EvaluateConfig(run=str(run), record=str(tmp_path / "nowhere" / "x.json")))
     bad = tmp_path / "empty"
     proc = subprocess.run([*cmd[:3], f"run={bad}"], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: run=")
