@@ -107,7 +107,7 @@ class SuiteConfig:
 
 
 METRICS = {"return": "eval_return_mean", "success": "eval_success_rate"}
-# Keys of the final evaluation's record (eval-<step>.json) per metric.
+# Keys of the final evaluation's record (FINAL_RECORD) per metric.
 FINAL_METRICS = {"return": "return_mean", "success": "success_rate"}
 # Episode i of every final evaluation starts from this seed + i: every run and variant of a task
 # meets the same episodes, none of them one its training or its evaluations saw.
@@ -223,22 +223,25 @@ def jobs(cfg: SuiteConfig) -> list[Job]:
     return out
 
 
+def run_summary(run_dir: Path) -> dict:
+    """The run's summary.json ({} before it has written one)."""
+    path = run_dir / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def finished(run_dir: Path) -> bool:
     """True when the run wrote its summary with status finished."""
-    path = run_dir / "summary.json"
-    if not path.is_file():
-        return False
-    return json.loads(path.read_text()).get("status") == "finished"
+    return run_summary(run_dir).get("status") == "finished"
 
 
 def final_record(run_dir: Path, episodes: int) -> dict | None:
     """The suite's final evaluation of a finished run (``FINAL_RECORD``: its last checkpoint over
     ``episodes`` episodes from :data:`FINAL_EVAL_SEED`), or None if it has not been made for the
     run's last step with those settings."""
-    path = run_dir / FINAL_RECORD
-    if episodes < 1 or not finished(run_dir) or not path.is_file():
+    path, summary = run_dir / FINAL_RECORD, run_summary(run_dir)
+    if episodes < 1 or summary.get("status") != "finished" or not path.is_file():
         return None
-    step = json.loads((run_dir / "summary.json").read_text()).get("env_steps")
+    step = summary.get("env_steps")
     record = json.loads(path.read_text())
     same = record.get("episodes") == episodes and record.get("seed") == FINAL_EVAL_SEED
     return record if same and record.get("step") == step else None
@@ -309,7 +312,7 @@ def run_job(job: Job, children: Children | None = None) -> int | None:
             return code
     if job.final_episodes < 1 or final_record(job.run_dir, job.final_episodes) is not None:
         return 0
-    step = json.loads((job.run_dir / "summary.json").read_text())["env_steps"]
+    step = run_summary(job.run_dir)["env_steps"]
     argv = [
         sys.executable,
         "-m",
