@@ -293,6 +293,12 @@ def load_run_config(run_dir: str, overrides: list[str] | None = None) -> Config:
             raise ConfigError(
                 f"{key}={new!r} cannot change a resumed run (it was {old!r}); start a new run instead"
             )
+        if key == "agent.lr_end" and (old is None) != (new is None):  # the optimiser's saved layout differs
+            allowed = "null (the run's rate is constant)" if old is None else "a rate > 0 (its rate decays)"
+            raise ConfigError(
+                f"agent.lr_end={new!r} cannot switch a resumed run between a constant and a decaying "
+                f"learning rate (it was {old!r}): allowed {allowed}"
+            )
         logging.getLogger("recurrl").info("resume: %s=%r (was %r)", key, new, old)
     config.resume = str(run_dir)
     config.run_dir = str(run_dir)

@@ -235,7 +235,8 @@ class RDQNLearner:
         self._run_staleness = CompiledStep(
             tf.function(self._staleness, input_signature=[spec], autograph=False)
         )
-        self.calls = 0
+        # Optimiser steps so far; read from `updates` at the first step (a resume restores it).
+        self.calls: int | None = None
 
     def replay_fields(self) -> dict[str, tuple[tuple[int, ...], type]]:
         """Per-row fields this learner needs from replay besides the common ones."""
@@ -301,6 +302,8 @@ class RDQNLearner:
         """
         feed = {k: batch[k] for k in self._run_step.spec if k not in self.input_keys}
         feed.update(self.features(batch))
+        if self.calls is None:
+            self.calls = int(self.updates.numpy())
         self.calls += 1
         every = self.config.staleness_every
         staleness = self._run_staleness(feed) if every and self.calls % every == 0 else {}

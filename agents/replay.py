@@ -160,7 +160,10 @@ class SequenceReplay:
         Called when acting restarts with fresh episodes (a resumed run, a restarted acting worker):
         the newest row of each env becomes a final-observation row (``valid = 0``) and the row
         before it is marked truncated, so its n-step target bootstraps from that observation and no
-        target reaches into the next episode. Rows that already end an episode are left as they are.
+        target reaches into the next episode. A final-observation row, and a transition that ended
+        its episode by termination (its target needs no next observation), are left as they are; a
+        transition cut by a time limit is closed like an open one, as the final observation it
+        bootstraps from was never written.
         """
         stored = self.rows if self.full else self.pos
         if stored < 2:
@@ -168,7 +171,8 @@ class SequenceReplay:
         cols = slice(None) if envs is None else envs
         last, prev = (self.pos - 1) % self.rows, (self.pos - 2) % self.rows
         d = self.data
-        open_ = d["valid"][last, cols] > 0  # [E] the newest row is a real transition: its episode goes on
+        # [E] the newest row is a real transition whose target needs the row after it
+        open_ = (d["valid"][last, cols] > 0) & (d["terminated"][last, cols] == 0)
         for key in ("valid", "reward", "terminated", "truncated"):
             d[key][last, cols] = np.where(open_, 0.0, d[key][last, cols])
         goes_on = open_ & (d["valid"][prev, cols] > 0) & (d["terminated"][prev, cols] == 0)
@@ -196,12 +200,12 @@ class SequenceReplay:
             v[live:] = 0
         self.pos, self.full = pos, full
         self.rng.bit_generator.state = json.loads(bytes(state["rng"]).decode())
-        if self.priorities is not None and "priority/leaves" in state:
-            self.priorities.load_state_dict({k: state[f"priority/{k}"] for k in ("leaves", "meta")})
-        elif self.priorities is not None:  # saved with uniform replay: every stored start at priority 1
-            oldest = self.pos if self.full else 0
-            for i in range(live):
-                self.priorities.on_add((oldest + i) % self.rows)
+        if self.priorities is not None:
+            if "priority/leaves" in state:
+                self.priorities.load_state_dict({k: state[f"priority/{k}"] for k in ("leaves", "meta")})
+            # Saved with uniform replay, every stored start enters at priority 1; either way the
+            # sampleable starts follow this run's sequence length.
+            self.priorities.revalidate(self.pos, self.full)
 
     def update_priorities(self, td_error: np.ndarray, mask: np.ndarray) -> None:
         """After a learner step on the latest sample: its TD errors and mask ``[B, T]`` set the

@@ -45,9 +45,15 @@ def restore_run_state(ckpt: Checkpointer, counters: Counters, replay, policy, le
     """Restore the newest usable checkpoint into the run's parts; returns its env step.
 
     Learning rates are taken from the config, not the checkpoint, so ``agent.lr`` can change on
-    resume (Keras optimisers checkpoint their rate as a variable).
+    resume (Keras optimisers checkpoint their rate as a variable). A decaying rate
+    (``agent.lr_end``) is a schedule rebuilt from the config that follows the restored iterations.
     """
-    optimizers = {k: v for k, v in learner.trackables().items() if isinstance(v, keras.optimizers.Optimizer)}
+    optimizers = {
+        k: v
+        for k, v in learner.trackables().items()
+        if isinstance(v, keras.optimizers.Optimizer)
+        and not isinstance(v._learning_rate, keras.optimizers.schedules.LearningRateSchedule)
+    }
     rates = {k: float(keras.ops.convert_to_numpy(o.learning_rate)) for k, o in optimizers.items()}
 
     def apply(extra: dict[str, np.ndarray], info: dict) -> None:

@@ -5,11 +5,15 @@ A run directory is claimed by creating ``run.lock`` (holding the owner's PID and
 ``O_EXCL``, an atomic test-and-create on every POSIX filesystem. Two launches that pick the same
 directory (a shell loop or job array started within one second) therefore never share it: the
 second takes ``<dir>_1``, ``<dir>_2``, ... A lock left by a process that died (SIGKILL, power loss)
-is recognised by its PID no longer running on this host and taken over.
+is recognised by its PID no longer running on this host and taken over. The owner also holds an
+advisory ``flock`` on the lock file for its lifetime, which the kernel drops when it dies however it
+dies: that tells a lock left by another host's process (a killed container, whose host name the next
+container does not share) from a live one, where the filesystem supports locks.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -60,12 +64,32 @@ def _owner(lock: Path) -> dict | None:
         return None
 
 
-def _alive(owner: dict | None) -> bool:
-    """True unless the lock's owner is known to be gone (same host, PID not running)."""
+def _flock_held(lock: Path) -> bool | None:
+    """True while a process holds ``lock``'s flock, False if none does, None if the filesystem
+    cannot tell (no lock support) or the file is gone."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: needs only read access (NFS too)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # also drops the probe's own lock
+    return False
+
+
+def _alive(owner: dict | None, lock: Path) -> bool:
+    """True unless the lock's owner is known to be gone: on this host its PID is not running; from
+    another host no process holds the lock file's flock (where the filesystem can tell)."""
     if owner is None:
         return False  # empty or torn lock: its writer died before finishing it
     if owner.get("host") != socket.gethostname():
-        return True  # cannot tell for another host: assume it runs
+        held = _flock_held(lock)
+        return held is None or held  # cannot tell: assume it runs
     try:
         os.kill(int(owner["pid"]), 0)
     except ProcessLookupError:
@@ -81,16 +105,20 @@ class RunLock:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.path = run_dir / LOCK
+        self.fd: int | None = None  # held open (with its flock) while this process owns the run
 
     def _try_create(self) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
-            f.flush()
-            os.fsync(f.fileno())
+        try:  # before the owner is written, so a reader that finds an owner also finds the flock
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass  # no lock support here: the PID and host still identify the owner
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+        os.fsync(fd)
+        self.fd = fd
         return True
 
     def acquire(self, take_stale: bool = True) -> bool:
@@ -99,7 +127,7 @@ class RunLock:
         if self._try_create():
             return True
         owner = _owner(self.path)
-        if not take_stale or _alive(owner):
+        if not take_stale or _alive(owner, self.path):
             return False
         # Stale: move it aside atomically (only one contender wins the rename), then claim afresh.
         stale = self.path.with_name(f".{LOCK}.stale.{os.getpid()}")
@@ -117,6 +145,9 @@ class RunLock:
         owner = _owner(self.path)
         if owner and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
             self.path.unlink(missing_ok=True)
+        if self.fd is not None:
+            os.close(self.fd)  # drops the flock
+            self.fd = None
 
     def holder(self) -> str:
         """Who holds the lock, for messages."""
@@ -139,7 +170,7 @@ def claim_new(run_dir: Path, max_tries: int = 1000) -> RunLock:
     for i in range(1, max_tries + 1):
         lock = RunLock(candidate)
         if holds_run(candidate):
-            if candidate == run_dir and not _alive(_owner(lock.path)):
+            if candidate == run_dir and not _alive(_owner(lock.path), lock.path):
                 raise ConfigError(
                     f"run_dir={str(run_dir)!r} already holds a run; pass resume={run_dir} to continue it "
                     "or choose another hydra.run.dir"

@@ -147,6 +147,28 @@ class SequencePriorities:
         return {"leaves": self.tree.state_dict()["leaves"], "meta": meta}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Inverse of :meth:`state_dict`."""
+        """Inverse of :meth:`state_dict`. Call :meth:`revalidate` after it: which starts are
+        sampleable depends on ``seq_len``, which a resumed run may change."""
         self.tree.load_state_dict({"leaves": state["leaves"]})
         self.max_priority, self.written = float(state["meta"][0]), int(state["meta"][1])
+
+    def revalidate(self, pos: int, full: bool) -> None:
+        """Make the sampleable starts exactly those whose ``seq_len`` rows are written and do not
+        reach the write head ``pos``: starts that no longer fit get priority 0, starts that fit and
+        had none enter at the running maximum; the others keep their priority.
+
+        Needed after a restore with another ``seq_len`` (``replay.trace_length``, ``replay.burn_in``
+        or ``agent.n_step`` changed on resume): the saved leaves mark starts for the old length, and
+        a longer sequence from one of them would run past the head into the oldest rows.
+        """
+        live = self.rows if full else pos
+        oldest = pos if full else 0
+        age = (np.arange(self.rows) - oldest) % self.rows  # [rows] 0 = oldest stored row
+        fits = np.repeat(age + self.seq_len <= live, self.num_envs)  # [rows * E] by leaf
+        leaves = np.arange(self.rows * self.num_envs)
+        current = self.tree.get(leaves)
+        new = np.where(fits, np.where(current > 0, current, self.max_priority**self.alpha), 0.0)
+        changed = new != current
+        if changed.any():
+            self.tree.set(leaves[changed], new[changed])
+        self.written = live

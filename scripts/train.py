@@ -6,6 +6,7 @@ The only module that knows Hydra: it composes ``conf/``, converts the result to 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -31,6 +32,8 @@ from envs.config import ConfigError, EnvConfig  # noqa: E402
 from scripts.overrides import check as check_overrides  # noqa: E402
 
 log = logging.getLogger("recurrl")
+# Errors writing the run directory that a user fixes outside the run (space, quota, permissions).
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
 
 
 def register_configs() -> None:
@@ -81,6 +84,19 @@ def main(cfg: DictConfig) -> float | None:
     except NonFiniteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(3)
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRORS:
+            raise
+        # Checkpoints are written to a temporary name and marked complete last, so the newest
+        # complete one is intact; the run continues from it once the disk has room again.
+        run_dir = cfg.get("resume") or HydraConfig.get().runtime.output_dir
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            f"error: cannot write the run{where}: {exc.strerror or exc}; its last complete checkpoint "
+            f"is kept, continue with: python -m scripts.train resume={run_dir}",
+            file=sys.stderr,
+        )
+        sys.exit(4)
     log.info(
         "%s: %d env steps, %d updates in %.1f s; final eval return %s (best %s); run dir %s",
         summary.get("status", "done"),

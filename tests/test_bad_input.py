@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from agents.config import load_run_config
 from agents.loop import train
 from agents.rundir import LOCK
 from scripts.train import cli
+from tests.helpers import TINY_TRAIN_OVERRIDES, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +65,11 @@ RESUME_CASES = [
     ("agent=rddpg", "agent=rddpg cannot change a resumed run (it was agent=rdqn)"),
     ("env.num_envs=2", "env.num_envs=2 cannot change a resumed run"),
     ("agent.lr=-1", "agent.lr=-1.0 is invalid: allowed > 0"),
+    (
+        "agent.lr_end=0.001",
+        "agent.lr_end=0.001 cannot switch a resumed run between a constant and a decaying learning rate "
+        "(it was None): allowed null",
+    ),
 ]
 
 
@@ -106,6 +113,33 @@ def test_bad_resume_override_is_one_line_and_keeps_the_run(
     line = _error_line(capsys, [f"resume={finished_run}", *args.split()])
     assert expected in line, line
     assert _snapshot(finished_run) == before
+
+
+def test_a_full_disk_is_one_line_and_the_last_complete_checkpoint_resumes(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import errno
+
+    from agents.checkpoint import Checkpointer
+
+    real_save, saves = Checkpointer.save, []
+
+    def save(self, step, *args, **kwargs):  # the disk fills up after the first checkpoint
+        saves.append(step)
+        if len(saves) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.dir))
+        return real_save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpointer, "save", save)
+    run = tmp_path / "run"
+    code, err = run_cli(capsys, [*TINY_TRAIN_OVERRIDES, "train.total_env_steps=400"], run)
+    err = [ln for ln in err.strip().splitlines() if ln]
+    assert code == 4 and len(err) == 1, err
+    assert err[0].startswith("error: cannot write the run (") and "No space left on device" in err[0]
+    assert err[0].endswith(f"continue with: python -m scripts.train resume={run}")
+    monkeypatch.setattr(Checkpointer, "save", real_save)  # room again: the run continues from 200
+    summary = train(load_run_config(str(run), []))
+    assert summary["status"] == "finished" and [e["env_steps"] for e in summary["evaluations"]] == [200, 400]
 
 
 def test_unreadable_run_config_is_one_line(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:

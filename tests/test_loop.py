@@ -49,6 +49,29 @@ def test_resume_keeps_evaluations_and_applies_a_new_learning_rate(tiny_config: C
     assert rates and all(np.isclose(r, 2.5e-05) for r in rates)
 
 
+def test_a_decaying_learning_rate_resumes_on_its_schedule_and_cannot_be_switched(tiny_config: Config) -> None:
+    tiny_config.agent.lr_end = 1e-4
+    tiny_config.agent.lr_decay_updates = 1000
+    train(copy.deepcopy(tiny_config))
+    run = tiny_config.run_dir
+    with pytest.raises(ConfigError, match=r"^agent.lr_end=None cannot switch .*allowed a rate > 0"):
+        load_run_config(run, ["agent.lr_end=null"])  # the optimiser's saved layout differs
+    summary = train(load_run_config(run, ["train.total_env_steps=600", "agent.lr_end=5e-4"]))
+    assert summary["status"] == "finished" and summary["env_steps"] == 600
+    reader = tf.train.load_checkpoint(str(Path(run) / "ckpt" / "ckpt-600"))
+    names = reader.get_variable_to_shape_map()
+    assert not any("learning_rate" in k for k in names)  # a schedule: no rate variable to overwrite
+    suffix = "/iterations/.ATTRIBUTES/VARIABLE_VALUE"
+    iterations = [int(reader.get_tensor(k)) for k in names if k.endswith(suffix)]
+    assert iterations and iterations[0] == summary["updates"]  # the schedule's clock went on
+    constant = copy.deepcopy(tiny_config)
+    constant.agent.lr_end = None
+    constant.run_dir = str(Path(run).parent / "constant")
+    train(constant)
+    with pytest.raises(ConfigError, match=r"^agent.lr_end=0.0001 cannot switch .*allowed null"):
+        load_run_config(constant.run_dir, ["agent.lr_end=1e-4"])
+
+
 def test_kill_after_an_evaluation_then_resume_keeps_each_step_once(tiny_config: Config) -> None:
     tiny_config.eval.every_env_steps = 100
     train(copy.deepcopy(tiny_config))

@@ -240,6 +240,10 @@ def test_staleness_is_the_q_gap_between_stored_and_zero_state_at_the_end_of_burn
     learner.step(batch)
     batch["state"][:] = 0.0
     assert learner.step(batch)["charts/staleness_q"] == 0.0
+    # A learner restored at update 5 (a resumed run) measures at update 6, as the run it continues.
+    restored = RDQNLearner(cfg, NetworkConfig(units=8, pre_layers=[8], backend="graph"), 3, 2, 2, 3)
+    restored.updates.assign(5)
+    assert "charts/staleness_q" in restored.step(batch)
 
 
 @pytest.mark.parametrize("dueling", [False, True])
@@ -254,20 +258,25 @@ def test_twin_q_bootstraps_from_the_smaller_target_head_at_the_online_greedy_act
     learner = RDQNLearner(cfg, net_cfg, 3, 2, 1, 3)
     online, target = learner.online_q, learner.target_q
     assert online.heads == 2 and "target_q/twin_head/kernel" in [v.path for v in target.trainable_variables]
-    # Make the target's heads disagree both ways, so the min picks from each head somewhere.
-    rng = np.random.default_rng(7)
-    for layer in (target.head, target.twin_head, target.value_head, target.twin_value_head):
-        if layer is not None:
-            layer.kernel.assign(rng.normal(size=layer.kernel.shape).astype(np.float32))
     batch = rdqn_batch(learner, 4, 3, 2, seed=6)
     obs, first, zero = tf.constant(batch["obs"]), tf.constant(batch["first"]), online.initial_state(4)
     (q_on,), _ = online.unroll_segments(obs, zero, first, (), all_heads=True)  # [B, L, 2, A]
-    (q_tg,), _ = target.unroll_segments(obs, zero, first, (), all_heads=True)
-    q_on, q_tg = q_on.numpy(), q_tg.numpy()
+    q_on = q_on.numpy()
     assert q_on.shape == (4, 6, 2, 2)
     np.testing.assert_allclose(online.unroll(obs, zero, first)[0].numpy(), q_on[:, :, 0], atol=1e-6)
     greedy = q_on[:, 1:, 0].argmax(axis=-1)  # rows after the 1 burn-in step: [B, T + n]
-    both = np.take_along_axis(q_tg[:, 1:], greedy[:, :, None, None], axis=-1)[..., 0]  # [B, T + n, 2]
+    # Give the target's heads weights that disagree both ways, so the min picks from each head
+    # somewhere (drawn until they do: the rest of the network's starting weights vary with test order).
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        for layer in (target.head, target.twin_head, target.value_head, target.twin_value_head):
+            if layer is not None:
+                layer.kernel.assign(rng.normal(size=layer.kernel.shape).astype(np.float32))
+        (q_tg,), _ = target.unroll_segments(obs, zero, first, (), all_heads=True)
+        # [B, T + n, 2]: both target heads' values of the online greedy action
+        both = np.take_along_axis(q_tg.numpy()[:, 1:], greedy[:, :, None, None], axis=-1)[..., 0]
+        if (both[..., 0] < both[..., 1]).any() and (both[..., 1] < both[..., 0]).any():
+            break
     assert (both[..., 0] < both[..., 1]).any() and (both[..., 1] < both[..., 0]).any()
     y = n_step_targets(
         *(batch[k][:, 1:] for k in ("reward", "terminated", "truncated")), both.min(-1), 0.9, 2

@@ -74,6 +74,18 @@ def test_end_episodes_closes_open_episodes_so_no_target_crosses_a_resume() -> No
     last, prev = (replay.pos - 1) % replay.rows, (replay.pos - 2) % replay.rows
     assert replay.data["valid"][last].tolist() == [0.0, 0.0]
     assert replay.data["reward"][last, 0] == 0.0 and replay.data["truncated"][prev].tolist() == [1.0, 0.0]
+    # Stopped right after a terminal step, before its final-observation row: the terminal
+    # transition is kept (its target needs no next row); a time-limit cut is closed instead.
+    ended = _replay(capacity=20, envs=2)
+    for t in range(5):
+        _add(ended, t)
+    last, prev = ended.pos - 1, ended.pos - 2
+    ended.data["terminated"][last, 0] = 1.0
+    ended.data["truncated"][last, 1] = 1.0
+    ended.end_episodes()
+    assert ended.data["valid"][last].tolist() == [1.0, 0.0]
+    assert ended.data["terminated"][last].tolist() == [1.0, 0.0] and ended.data["reward"][last, 0] == 4.0
+    assert ended.data["truncated"][prev].tolist() == [0.0, 1.0]
     # After the resume the next row starts a fresh episode with reward 100 for env 0.
     _add(replay, 100)
     replay.data["first"][(replay.pos - 1) % replay.rows] = 1.0

@@ -53,10 +53,32 @@ def test_torn_lock_counts_as_stale(tmp_path: Path) -> None:
     assert claim_new(tmp_path / "run").run_dir == tmp_path / "run"
 
 
-def test_lock_of_a_live_process_on_another_host_is_respected(tmp_path: Path) -> None:
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / LOCK).write_text(json.dumps({"pid": 1, "host": "elsewhere"}))
-    assert not RunLock(tmp_path / "run").acquire()
+def test_lock_of_another_host_is_respected_while_its_owner_lives_and_taken_over_after(tmp_path: Path) -> None:
+    # As a container's run seen from the next container: another host name, a PID that says nothing
+    # here; the owner's flock on the lock file is what tells whether it still runs.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK).write_text(json.dumps({"pid": 1, "host": "elsewhere"}))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_WRONLY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)", str(run / LOCK)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert not RunLock(run).acquire()
+        with pytest.raises(ConfigError, match="is in use by pid 1 on elsewhere"):
+            claim_resume(run)
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = claim_resume(run)  # killed: the kernel dropped its flock, so the lock is stale
+    assert json.loads((run / LOCK).read_text())["pid"] == os.getpid()
+    other = RunLock(run)
+    assert not other.acquire()  # this process's own flock now marks the run as live
+    lock.release()
+    assert not (run / LOCK).exists() and other.acquire()
+    other.release()
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp(tmp_path: Path) -> None:

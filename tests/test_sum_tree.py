@@ -35,10 +35,10 @@ def test_set_updates_inner_sums_and_state_round_trip() -> None:
         SumTree(4).load_state_dict(tree.state_dict())
 
 
-def _replay(exponent: float = 1.0) -> SequenceReplay:
+def _replay(exponent: float = 1.0, seq_len: int = 4) -> SequenceReplay:
     config = ReplayConfig(priority_exponent=exponent, priority_eta=0.5, importance_exponent=0.5)
     fields = {"obs": ((1,), np.float32), "action": ((), np.int32)}
-    return SequenceReplay(20, 2, 4, fields, state_dim=1, seed=0, priority=config)
+    return SequenceReplay(20, 2, seq_len, fields, state_dim=1, seed=0, priority=config)
 
 
 def _add(replay: SequenceReplay, t: int) -> None:
@@ -102,3 +102,29 @@ def test_priorities_survive_a_checkpoint_and_uniform_checkpoints_get_them() -> N
         _add(fresh, t)
     assert isinstance(fresh.priorities, SequencePriorities)
     np.testing.assert_array_equal(upgraded.priorities.tree.nodes, fresh.priorities.tree.nodes)
+
+
+@pytest.mark.parametrize("adds", [7, 13])  # part-filled (head at row 7), wrapped (head at row 3)
+def test_a_restore_with_another_sequence_length_samples_only_sequences_that_fit(adds: int) -> None:
+    # trace_length, burn_in and n_step may change on resume; the saved leaves mark starts for the
+    # old length. A longer sequence from one of them must not run past the head into older rows.
+    replay = _replay()
+    for t in range(adds):
+        _add(replay, t)
+    replay.sample(4)
+    hot = replay.priorities.last.copy()  # these starts get priority 7
+    replay.update_priorities(np.full((4, 3), 7.0, np.float32), np.ones((4, 3), np.float32))
+    for seq_len, starts in ((6, range(max(adds - 10, 0), adds - 5)), (2, range(max(adds - 10, 0), adds - 1))):
+        restored = _replay(seq_len=seq_len)
+        restored.load_state_dict(replay.state_dict())
+        obs = restored.sample(512)["obs"][..., 0] % 1000  # [B, L] the write order t
+        np.testing.assert_array_equal(np.diff(obs, axis=1), 1.0)  # consecutive: never across the head
+        assert set(np.unique(obs[:, 0])) == set(starts)  # every start that fits, none that does not
+        tree = restored.priorities.tree
+        fits = restored.priorities.tree.get(hot) > 0
+        np.testing.assert_allclose(tree.get(hot[fits]), 7.0, rtol=1e-5)  # kept where it still fits
+        # Starts the longer saved length had left out enter at the running maximum.
+        leaves = np.arange(restored.rows * 2)
+        fresh = (tree.get(leaves) > 0) & (replay.priorities.tree.get(leaves) == 0)
+        np.testing.assert_allclose(tree.get(leaves[fresh]), restored.priorities.max_priority)
+        assert fresh.any() == (seq_len < 4)
