@@ -34,12 +34,15 @@ class EnvConfig:
     success_return: float | None = None
     # Number of environments stepped together (gymnasium SyncVectorEnv).
     num_envs: int = 8
-    # Overrides the env's own time limit when set; envs without one need it (a warning says so).
+    # A time limit in agent steps (gymnasium's TimeLimit; under Atari preprocessing, after its frame
+    # skip). Envs without one need it (a warning says so). An env that ends its episodes itself
+    # sooner still does: lengthen those through its own option (MiniGrid: env.kwargs.max_steps).
     max_episode_steps: int | None = None
     # Episodes cut by the time limit end as terminated (no bootstrap past the last step): for tasks
     # whose step limit is part of the task, e.g. MiniGrid, whose reward falls with the step count.
     time_limit_terminal: bool = False
-    # Continuous control only: half-range of the action box when the env's bounds are infinite.
+    # Continuous control only: actions lie in [-action_scale, action_scale] in every dimension,
+    # replacing the env's bounds (needed when those are infinite). null: the env's own bounds.
     action_scale: float | None = None
 
     def validate(self) -> None:

@@ -59,7 +59,8 @@ class EnvSpec:
 
 def _make_base(config: EnvConfig) -> gym.Env:
     kwargs = dict(config.kwargs)
-    if config.max_episode_steps is not None:
+    # Under Atari preprocessing the limit counts agent steps (4 frames each): applied after it.
+    if config.max_episode_steps is not None and config.preprocessing != "atari":
         kwargs["max_episode_steps"] = int(config.max_episode_steps)
     try:
         return gym.make(config.id, **kwargs)
@@ -122,6 +123,8 @@ def _wrap(env: gym.Env, config: EnvConfig) -> gym.Env:
     _warn_if_unbounded(env, config)
     if config.preprocessing == "atari":
         env = _atari(env, config)
+        if config.max_episode_steps is not None:
+            env = gym.wrappers.TimeLimit(env, int(config.max_episode_steps))
     env = _drop_keys(env, config)
     try:
         observation_leaves(env.observation_space)

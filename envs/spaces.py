@@ -135,7 +135,7 @@ def split_obs(obs: Any, leaves: Observation) -> dict[str, np.ndarray]:
         for key in leaf.path:
             value = value[key]
         value = np.asarray(value)
-        if leaf.kind == "vector":
+        if leaf.kind in ("vector", "multi_binary"):  # a Box of rank 2 or MultiBinary([m, n]): flat
             value = value.reshape(value.shape[0], -1)
         out[leaf.name] = value.astype(leaf.dtype, copy=False)
     return out

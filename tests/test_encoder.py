@@ -21,6 +21,7 @@ SPACES = {
     "discrete": gym.spaces.Discrete(4, start=2),
     "multi_discrete": gym.spaces.MultiDiscrete([2, 3, 4], start=[0, 1, -1]),
     "multi_binary": gym.spaces.MultiBinary(3),
+    "multi_binary_2d": gym.spaces.MultiBinary([2, 3]),  # stored and encoded as 6 flat bits
     "image_hwc": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
     "image_chw": gym.spaces.Box(0, 255, (2, 9, 9), np.uint8),
     "image_gray": gym.spaces.Box(0, 255, (8, 8), np.uint8),

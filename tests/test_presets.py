@@ -43,6 +43,22 @@ def test_preset_trains_checkpoints_and_resumes(capsys, tmp_path: Path, preset: s
     assert [e["env_steps"] for e in summary["evaluations"]] == [200, 400]
 
 
+def test_atari_time_limit_counts_agent_steps() -> None:
+    # Under the preprocessing each agent step is 4 frames (and up to 30 no-op frames start an
+    # episode): env.max_episode_steps counts the agent's steps, as Atari's usual 27000 does.
+    pytest.importorskip("ale_py")
+    config = EnvConfig(
+        id="ale_py:ALE/Pong-v5", kwargs={"frameskip": 1}, preprocessing="atari", max_episode_steps=50
+    )
+    env = make_env(config, seed=0)
+    steps, terminated, truncated = 0, False, False
+    while not (terminated or truncated) and steps < 60:
+        _, _, terminated, truncated, _ = env.step(0)
+        steps += 1
+    assert (steps, terminated, truncated) == (50, False, True)
+    env.close()
+
+
 def test_flicker_and_noise_act_on_the_image_leaf_of_a_dict_observation() -> None:
     base = {"id": "minigrid:MiniGrid-MemoryS7-v0", "drop_keys": ["mission"], "max_episode_steps": 245}
     flicker = make_env(EnvConfig(**base, flicker=0.5), seed=0)
