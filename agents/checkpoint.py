@@ -37,7 +37,7 @@ SENTINEL = "complete-{step}.json"
 LAYOUT = 2
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
@@ -135,7 +135,7 @@ class Checkpointer:
                 extra, info = self.load(step)
                 apply(extra, info)
             except Exception as exc:  # noqa: BLE001 - any failure means: try the previous checkpoint
-                reason = _first_line(exc)
+                reason = first_line(exc)
                 log.warning("checkpoint at env step %d skipped: %s", step, reason)
                 skipped.append(f"step {step}: {reason}")
                 continue

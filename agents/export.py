@@ -7,6 +7,11 @@ The SavedModel has two signatures (and the same two functions as attributes of t
                                                         "q_values": [B, A] (rdqn) | "action_mean": [B, A],
                                                         "state": [B, S]}
 
+``action`` is in the env's own action space: for rdqn the env's ``Discrete(n, start)`` value
+(index + start), or for a ``MultiDiscrete(nvec, start)`` env ``[B, D]`` int32, the joint index
+the agent picks unravelled over ``nvec`` plus ``start``; ``q_values`` are over the agent's indices
+(``prod(nvec)`` joint actions).
+
 ``state`` is the recurrent state flattened as in replay (``(h, c)`` for an LSTM, ``h`` for a GRU),
 followed by the previous action when the network reads it (``network.inputs=[prev_action]``).
 Zero it (or call ``initial_state``) where an episode starts. rdqn acts greedily (argmax Q);
@@ -21,13 +26,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gymnasium as gym
 import keras
 import numpy as np
 import tensorflow as tf
 
 from agents.encoder import LN_EPSILON
 from agents.saved_run import SavedRun
-from envs.config import ConfigError
+from envs import make_env
+from envs.config import ConfigError, EnvConfig
+from envs.wrappers import JointDiscreteActions, ShiftDiscreteActions
 
 
 class PolicyModule(tf.Module):
@@ -49,7 +57,9 @@ class PolicyModule(tf.Module):
         self.state_sizes = tuple(self.net.state_sizes)
         self.prev_action = "prev_action" in inputs
         self.state_dim = sum(self.state_sizes) + (self.num_actions if self.prev_action else 0)
-        if not self.discrete:
+        if self.discrete:
+            self.nvec, self.start = discrete_action_layout(saved.config.env)
+        else:
             low, high = saved.spec.action_low, saved.spec.action_high
             self.center = tf.constant((high + low) / 2, tf.float32)
             self.half = tf.constant((high - low) / 2, tf.float32)
@@ -81,9 +91,13 @@ class PolicyModule(tf.Module):
         if self.discrete:
             q, new_state = self.net.unroll(x, tuple(parts), first)
             q = q[:, 0]
-            action = tf.argmax(q, axis=-1, output_type=tf.int32)
+            action = tf.argmax(q, axis=-1, output_type=tf.int32)  # [B] the agent's index
             taken = tf.one_hot(action, self.num_actions)
-            out = {"action": action, "q_values": q}
+            if self.nvec is not None:  # [B, D] the env's MultiDiscrete action
+                env_action = tf.transpose(tf.unravel_index(action, self.nvec)) + self.start
+            else:
+                env_action = action + self.start
+            out = {"action": env_action, "q_values": q}
         else:
             h, new_state = self.net.encode(x, tuple(parts), first)
             taken = self.net.policy(h)[:, 0]  # [-1, 1]
@@ -92,6 +106,24 @@ class PolicyModule(tf.Module):
         flat = list(new_state) + ([taken] if self.prev_action else [])
         out["state"] = tf.concat(flat, axis=-1) if flat else tf.zeros([tf.shape(state)[0], 0])
         return out
+
+
+def discrete_action_layout(env_config: EnvConfig) -> tuple[tf.Tensor | None, tf.Tensor]:
+    """How the agent's action index maps to the env's discrete action: ``(nvec [D], start [D])``
+    int32 for a MultiDiscrete env (joint index unravelled over ``nvec``, plus ``start``), else
+    ``(None, start [])`` for ``Discrete(n, start)``."""
+    env = make_env(env_config, seed=0)
+    try:
+        layer = env
+        while isinstance(layer, gym.Wrapper):
+            if isinstance(layer, JointDiscreteActions):
+                return tf.constant(layer.nvec, tf.int32), tf.constant(layer.start, tf.int32)
+            if isinstance(layer, ShiftDiscreteActions):
+                return None, tf.constant(layer.start, tf.int32)
+            layer = layer.env
+        return None, tf.constant(0, tf.int32)
+    finally:
+        env.close()
 
 
 def export_saved_model(saved: SavedRun, out: str | Path, network: str = "run") -> Path:

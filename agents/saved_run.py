@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf.errors import OmegaConfBaseException
 
 from agents.actor import evaluate
-from agents.checkpoint import LAYOUT, Checkpointer
+from agents.checkpoint import LAYOUT, Checkpointer, first_line
 from agents.config import Config, config_from_dict
 from agents.normalizer import ObsNormalizer
 from agents.policies import with_weights_of
@@ -104,7 +104,14 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
             f"step={step} is invalid: allowed {'|'.join(map(str, steps)) or 'none (no checkpoint)'}"
         )
     else:
-        apply(*ckpt.load(step))
+        try:
+            apply(*ckpt.load(step))
+        except Exception as exc:  # noqa: BLE001 - a damaged file: one line naming the step
+            good = [s for s in steps if s != step]
+            raise ConfigError(
+                f"step={step} is invalid: its checkpoint is damaged ({first_line(exc)}); allowed "
+                f"{'|'.join(map(str, good)) or 'none'} (or no step: the newest that loads)"
+            ) from None
     learner.sync_policy(policy)
     return SavedRun(run_dir, config, spec, learner, policy, step)
 

@@ -63,11 +63,14 @@ def run_evaluation(cfg: EvaluateConfig) -> dict:
             f" ({Path(cfg.record).parent} does not exist)"
         )
     saved = load_run(cfg.run, cfg.step)
-    record = evaluate_run(saved, cfg.episodes, cfg.network, cfg.seed)
-    atomic_write(record_path(cfg, saved.step), json.dumps(record, indent=2))
-    if cfg.video:
+    videos = None
+    if cfg.video:  # first: an env that cannot render is refused before any record is written
         folder = Path(cfg.run) / "videos" / f"eval-{saved.step}"
-        record["videos"] = record_video(saved, cfg.network, cfg.seed, cfg.video_episodes, folder)
+        videos = record_video(saved, cfg.network, cfg.seed, cfg.video_episodes, folder)
+    record = evaluate_run(saved, cfg.episodes, cfg.network, cfg.seed)
+    if videos is not None:
+        record["videos"] = videos
+    atomic_write(record_path(cfg, saved.step), json.dumps(record, indent=2))
     return record
 
 

@@ -35,19 +35,19 @@ def task_overrides(argv: list[str]) -> list[str]:
     return out
 
 
-def _allowed_keys(overrides: list[str], full_key: str) -> str:
+def _allowed_keys(overrides: list[str], full_key: str, config_name: str = "config") -> str:
     """The keys beside ``full_key`` in the config composed without the offending override."""
     parent, _, _ = full_key.rpartition(".")
     rest = [o for o in overrides if not f"{o.lstrip('+~').split('=', 1)[0]}.".startswith(f"{full_key}.")]
     try:
-        cfg = compose("config", overrides=rest)
+        cfg = compose(config_name, overrides=rest)
     except (HydraException, OmegaConfBaseException):
         return ""
     node = OmegaConf.select(cfg, parent) if parent else cfg
     return "|".join(sorted(node.keys())) if isinstance(node, DictConfig) else ""
 
 
-def _message(exc: Exception, overrides: list[str]) -> str:
+def _message(exc: Exception, overrides: list[str], config_name: str = "config") -> str:
     if isinstance(exc, MissingConfigException) and exc.options is not None:
         group = exc.missing_cfg_file.split("/")[0] if exc.missing_cfg_file else "group"
         chosen = next((o for o in overrides if o.split("=", 1)[0] == group), group)
@@ -60,10 +60,41 @@ def _message(exc: Exception, overrides: list[str]) -> str:
     if not full_key:
         return first
     if "not in" in first:  # an unknown key: say which exist there
-        allowed = _allowed_keys(overrides, full_key)
+        allowed = _allowed_keys(overrides, full_key, config_name)
         return f"{full_key} is not a key" + (f": allowed {allowed}" if allowed else "")
     value = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").split("=", 1)[0] == full_key), None)
     return f"{full_key}={value} is invalid: {first}" if value is not None else f"{full_key}: {first}"
+
+
+def config_name(argv: list[str], default: str) -> str:
+    """The ``--config-name``/``-cn`` of a command line, or ``default``."""
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag in ("--config-name", "-cn"):
+            return value
+    return default
+
+
+def check_composes(argv: list[str], name: str, schema: type) -> str | None:
+    """Compose ``conf/<name>.yaml`` with the overrides of ``argv`` into ``schema``: one line naming
+    the first unknown key or bad value, or None. For commands whose own config is all there is to
+    check (the suite); ``scripts.train`` uses :func:`check`."""
+    overrides = [o for o in task_overrides(argv) if not o.lstrip("+~").startswith("hydra.")]
+    try:
+        with initialize_config_module("conf", version_base="1.3"):
+            try:
+                cfg = compose(name, overrides=overrides)
+                OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), _without_hydra(cfg)))
+            except (HydraException, OmegaConfBaseException) as exc:
+                return _message(exc, overrides, name)
+    except (HydraException, OmegaConfBaseException) as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
+def _without_hydra(cfg: DictConfig) -> dict:
+    data = OmegaConf.to_container(cfg, resolve=False)
+    data.pop("hydra", None)
+    return data
 
 
 def check(argv: list[str]) -> str | None:

@@ -21,7 +21,9 @@ The suite takes hours; it can be stopped at any time (SIGTERM or Ctrl-C: every r
 finishes its step and checkpoints, no new one starts, the table so far is written, exit 128 + the
 signal) and started again with the same ``out``: a finished run is read back, an interrupted one
 resumes from its newest checkpoint, and ``report_only=true`` writes the table from whatever has
-finished.
+finished. Before any run starts, each task and variant's command line is checked as
+``scripts.train`` checks it (a bad key or value is one line, exit 2, nothing written); runs that
+exit non-zero anyway are left out of the table and the suite exits 1.
 """
 
 from __future__ import annotations
@@ -245,6 +247,40 @@ def final_record(run_dir: Path, episodes: int) -> dict | None:
     record = json.loads(path.read_text())
     same = record.get("episodes") == episodes and record.get("seed") == FINAL_EVAL_SEED
     return record if same and record.get("step") == step else None
+
+
+def invalid_runs(cfg: SuiteConfig) -> str | None:
+    """One line for the first task and variant whose runs ``scripts.train`` would refuse (a bad key
+    or value among the overrides, an env the agent cannot act in), checked once per task and
+    variant before any run starts; None if every one would start."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    import scripts.train  # noqa: F401  (registers the run schemas the presets extend)
+    from scripts.overrides import check
+
+    seen: set[tuple[str, str]] = set()
+    backup = get_gh_backup()  # the suite's own Hydra app; each check composes the run's config
+    GlobalHydra.instance().clear()
+    try:
+        for job in jobs(cfg):
+            if (job.task, job.variant) in seen:
+                continue
+            seen.add((job.task, job.variant))
+            problem = check(job.argv)
+            if problem:
+                return f"task {job.task}, variant {job.variant}: {problem}"
+    finally:
+        restore_gh_from_backup(backup)
+    return None
+
+
+class SuiteFailed(Exception):
+    """Some runs exited non-zero (the table was written from the others)."""
+
+    def __init__(self, failed: int) -> None:
+        super().__init__(f"{failed} run(s) exited non-zero")
+        self.failed = failed
 
 
 class SuiteStopped(Exception):
@@ -552,7 +588,7 @@ def run_suite(cfg: SuiteConfig) -> dict:
     Raises :class:`SuiteStopped` after writing them when a signal stopped the runs."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    stopped = None
+    stopped, failed = None, 0
     if not cfg.report_only:
         codes, stopped = run_jobs(jobs(cfg), cfg.parallel)
         failed = sum(c not in (0, None) for c in codes)
@@ -578,6 +614,8 @@ def run_suite(cfg: SuiteConfig) -> dict:
     print(f"wrote {out / 'suite.md'}, {out / 'suite.json'} and the curves beside them")
     if stopped:
         raise SuiteStopped(stopped)
+    if not cfg.report_only and failed:
+        raise SuiteFailed(failed)
     return result
 
 
@@ -589,7 +627,7 @@ def main(cfg: DictConfig) -> None:
     """Hydra entry point."""
     config = OmegaConf.to_object(cfg)
     assert isinstance(config, SuiteConfig)
-    problem = invalid(config)
+    problem = invalid(config) or (None if config.report_only else invalid_runs(config))
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -597,7 +635,27 @@ def main(cfg: DictConfig) -> None:
         run_suite(config)
     except SuiteStopped as stop:
         sys.exit(128 + signal.Signals[stop.signal].value)
+    except SuiteFailed as failed:
+        print(f"error: {failed}; the table holds the others", file=sys.stderr)
+        sys.exit(1)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """``python -m scripts.suite``: the command line checked in one go (one line for a bad key or
+    value, nothing written), then Hydra's ``main``."""
+    from scripts.tf_logs import quiet_tensorflow
+
+    quiet_tensorflow()  # the checks import TF: its start-up lines off the console
+    from scripts.overrides import check_composes, config_name
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    problem = check_composes(argv, config_name(argv, "suite"), SuiteConfig)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [sys.argv[0], *argv]
+    main()
 
 
 if __name__ == "__main__":
-    main()
+    cli()

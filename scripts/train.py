@@ -68,6 +68,8 @@ def to_config(cfg: DictConfig) -> Config:
 register_configs()
 if not OmegaConf.has_resolver("resume_or"):
     OmegaConf.register_new_resolver("resume_or", lambda resume, default: resume or default)
+if not OmegaConf.has_resolver("clip"):  # a sweep's directory names stay within a file name's 255 bytes
+    OmegaConf.register_new_resolver("clip", lambda text, n: str(text)[: int(n)])
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -112,6 +112,27 @@ def test_exported_policy_acts_like_the_numpy_policy_without_recurrl(
     assert got["sig_action"].shape[0] == 1
 
 
+def test_exported_action_is_in_the_envs_multidiscrete_space(tiny_config: Config, tmp_path: Path) -> None:
+    """The agent picks one of prod(nvec) joint actions; the export returns the env's own action."""
+    import gymnasium as gym
+
+    config = copy.deepcopy(tiny_config)
+    config.env.kwargs = {**config.env.kwargs, "action_type": "multi_discrete"}
+    train(config)
+    saved = load_run(config.run_dir, backend="graph")
+    episode = _episode(saved)
+    got = _load_without_recurrl(LOADER, export_saved_model(saved, tmp_path / "export"), episode, tmp_path)
+    raw = gym.make(config.env.id, **config.env.kwargs).action_space  # MultiDiscrete([2, 3])
+    joint = episode["action"].argmax(axis=-1)  # the actor's indices, one-hot as its previous action
+    assert got["action"].shape == (len(joint), 2) and all(
+        raw.contains(a.astype(raw.dtype)) for a in got["action"]
+    )
+    np.testing.assert_array_equal(
+        got["action"], np.stack(np.unravel_index(joint, raw.nvec), axis=-1) + raw.start
+    )
+    np.testing.assert_allclose(got["value"], episode["value"], atol=1e-5)  # over the joint indices
+
+
 def test_a_loaded_run_has_the_weights_it_was_saved_with(tiny_config: Config, monkeypatch) -> None:
     """Every weight of every network, the observation statistics included, as the run had it when
     it wrote its last checkpoint; the statistics are the running ones, not their initial values."""
@@ -167,6 +188,11 @@ def test_evaluate_run_writes_returns_and_refuses_a_missing_step(tiny_config: Con
     kept_none = r"^network='average' is invalid for this run: it was trained without agent\.average_tau"
     with pytest.raises(ConfigError, match=kept_none):
         evaluate_run(saved, episodes=2, network="average", seed=5)
+    state = Path(tiny_config.run_dir) / "ckpt" / "state-200.npz"
+    state.write_bytes(state.read_bytes()[:100])  # truncated
+    damaged = r"^step=200 is invalid: its checkpoint is damaged \(BadZipFile: .*\); allowed 400 "
+    with pytest.raises(ConfigError, match=damaged):
+        load_run(tiny_config.run_dir, step=200)
 
 
 def test_a_run_trained_with_an_average_network_evaluates_and_exports_it(
@@ -249,17 +275,24 @@ def test_video_of_a_rendering_env_and_one_line_for_another(tiny_config: Config, 
     pytest.importorskip("moviepy", reason="video needs the video extra (moviepy)")
     pytest.importorskip("pygame", reason="CartPole renders with pygame (video extra)")
     from agents.saved_run import record_video
+    from scripts.evaluate import EvaluateConfig, run_evaluation
 
     cue = copy.deepcopy(tiny_config)
     train(cue)
     with pytest.raises(ConfigError, match=r"^env.id='recurrl/CueMemory-v0' cannot render rgb_array"):
         record_video(load_run(cue.run_dir), "online", 0, 1, tmp_path / "none")
+    with pytest.raises(ConfigError, match="cannot render rgb_array"):  # refused before any record
+        run_evaluation(EvaluateConfig(run=cue.run_dir, video=True))
+    assert not list(Path(cue.run_dir).glob("eval-*.json"))
     cart = copy.deepcopy(tiny_config)
     cart.run_dir = str(tmp_path / "cart")
     cart.env.id, cart.env.kwargs, cart.env.mask_obs = "CartPole-v1", {}, [1, 3]
     train(cart)
     files = record_video(load_run(cart.run_dir), "online", 0, 2, tmp_path / "videos")
     assert len(files) == 2 and all(Path(f).stat().st_size > 1000 for f in files)
+    record = run_evaluation(EvaluateConfig(run=cart.run_dir, episodes=2, video=True, video_episodes=1))
+    written = json.loads((Path(cart.run_dir) / "eval-400.json").read_text())
+    assert written == record and len(written["videos"]) == 1  # the record names its videos
 
 
 KERAS_LOADER = textwrap.dedent(

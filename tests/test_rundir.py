@@ -130,6 +130,21 @@ def test_two_launches_into_one_directory_write_two_runs(tmp_path: Path) -> None:
         assert not (tmp_path / r / LOCK).exists()
 
 
+def test_a_sweep_with_a_long_command_line_gets_a_directory_name_that_fits(tmp_path: Path) -> None:
+    long = [
+        "env=cue_memory", "train.progress_bar=false", "train.total_env_steps=120", "train.learning_starts=60",
+        "eval.every_env_steps=120", "eval.episodes=2", "network.units=8", "network.pre_layers=[8]",
+        "replay.capacity=2000", "replay.burn_in=2", "replay.trace_length=4", "agent.batch_size=8",
+        "agent.n_step=2", "agent.epsilon_decay_steps=100", "train.checkpoint_every_env_steps=120",
+    ]  # fmt: skip
+    cmd = [sys.executable, "-m", "scripts.train", "-m", "seed=0", *long, f"hydra.sweep.dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert run.name.startswith("0_") and len(run.name) <= 202 < len(",".join(long))
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+
+
 @pytest.mark.slow
 def test_joblib_sweep_runs_seeds_in_parallel_processes_into_their_own_directories(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs the sweep extra")

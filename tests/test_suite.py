@@ -168,6 +168,50 @@ def test_cli_rejects_an_unknown_task_in_one_line(tmp_path):
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--config-name", "ablation", "tasks=[pendulum_p]", "variants=[value_rescaling]", "seeds=[0]"],
+         "error: task pendulum_p, variant value_rescaling: agent.value_rescaling is not a key: allowed "),
+        (["tasks=[cartpole_p]", 'overrides=["agent.tau=1.5"]'],
+         "error: task cartpole_p, variant preset: agent.tau=1.5 is invalid: allowed (0, 1]"),
+        (["parallel=abc"], "error: parallel=abc is invalid: "),
+        (["paralel=2"], "error: paralel is not a key: allowed discrete_agent|out|overrides|parallel|"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_what_it_or_its_runs_would_refuse_in_one_line_before_any_run(tmp_path, args, needle):
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.suite", *args, f"out={tmp_path}/s"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+    assert proc.stderr.strip().startswith(needle)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_suite_whose_runs_fail_writes_the_table_and_says_so(tmp_path, monkeypatch):
+    cfg = SuiteConfig(
+        out=str(tmp_path / "s"), tasks=["cue"], task_defs={"cue": SuiteTask(budget=100)}, seeds=[0]
+    )
+    monkeypatch.setattr(suite, "run_jobs", lambda todo, parallel: ([2] * len(todo), None))
+    with pytest.raises(suite.SuiteFailed, match="^2 run"):
+        suite.run_suite(cfg)
+    assert (tmp_path / "s" / "suite.md").is_file()
+    cfg.report_only = True  # a report of what has finished is not a failure
+    suite.run_suite(cfg)
+
+
+@pytest.mark.parametrize("config", ["suite", "ablation"])
+def test_every_run_of_the_shipped_suites_would_start(config):
+    """Every task and variant of the shipped suite and ablation passes scripts.train's checks."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = OmegaConf.to_object(compose(config_name=config))
+    assert suite.invalid(cfg) is None and suite.invalid_runs(cfg) is None
+
+
 class _FakeRun:
     """Stands in for a scripts.train process in run_job: exits 0 at once."""
 
