@@ -104,12 +104,15 @@ class Checkpointer:
         steps = self.complete_steps()
         return steps[-1] if steps else None
 
-    def load(self, step: int) -> tuple[dict[str, np.ndarray], dict]:
-        """Restore trackables at ``step``; return its numpy state and sentinel info. Raises if any
-        part is missing or damaged."""
+    def load(
+        self, step: int, keys: Callable[[str], bool] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict]:
+        """Restore trackables at ``step``; return its numpy state (the arrays whose names ``keys``
+        accepts; default all) and sentinel info. Raises if any part read is missing or damaged."""
         info = json.loads((self.dir / SENTINEL.format(step=step)).read_text())
         with np.load(self.dir / f"state-{step}.npz") as f:
-            extra = {k: f[k] for k in f.files}  # reads every array: a truncated file fails here
+            # reads every array asked for: a truncated file fails here
+            extra = {k: f[k] for k in f.files if keys is None or keys(k)}
         if info.get("layout") == LAYOUT:
             self.checkpoint.read(self._prefix(step)).assert_existing_objects_matched()
         else:
@@ -123,8 +126,11 @@ class Checkpointer:
             self.legacy.read(self._prefix(step)).assert_existing_objects_matched()
         return extra, info
 
-    def restore_latest(self, apply: Callable[[dict[str, np.ndarray], dict], None]) -> int:
-        """Restore the newest checkpoint that loads completely and that ``apply(extra, info)`` accepts.
+    def restore_latest(
+        self, apply: Callable[[dict[str, np.ndarray], dict], None], keys: Callable[[str], bool] | None = None
+    ) -> int:
+        """Restore the newest checkpoint that loads completely and that ``apply(extra, info)`` accepts
+        (``keys``: which numpy arrays to read, as in :meth:`load`).
 
         Damaged checkpoints are skipped with a warning naming the step and the reason. Returns the
         restored step; raises :class:`ConfigError` (one line) if none can be used.
@@ -132,7 +138,7 @@ class Checkpointer:
         skipped = []
         for step in reversed(self.complete_steps()):
             try:
-                extra, info = self.load(step)
+                extra, info = self.load(step, keys)
                 apply(extra, info)
             except Exception as exc:  # noqa: BLE001 - any failure means: try the previous checkpoint
                 reason = first_line(exc)

@@ -96,16 +96,21 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
             normalizer.load_state_dict(state_part(extra, "obs_norm/"))
             normalizer.push(learner.networks())
 
+    # Acting needs the weights only (and, from checkpoints of the older layout, the observation
+    # statistics): the replay, which can be gigabytes, is not read.
+    def keys(name: str) -> bool:
+        return name.startswith("obs_norm/")
+
     steps = ckpt.complete_steps()
     if step is None:
-        step = ckpt.restore_latest(apply)
+        step = ckpt.restore_latest(apply, keys)
     elif step not in steps:
         raise ConfigError(
             f"step={step} is invalid: allowed {'|'.join(map(str, steps)) or 'none (no checkpoint)'}"
         )
     else:
         try:
-            apply(*ckpt.load(step))
+            apply(*ckpt.load(step, keys))
         except Exception as exc:  # noqa: BLE001 - a damaged file: one line naming the step
             good = [s for s in steps if s != step]
             raise ConfigError(

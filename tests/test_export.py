@@ -195,6 +195,28 @@ def test_evaluate_run_writes_returns_and_refuses_a_missing_step(tiny_config: Con
         load_run(tiny_config.run_dir, step=200)
 
 
+def test_evaluation_reads_the_weights_and_not_the_replay(tiny_config: Config) -> None:
+    """A checkpoint whose replay arrays are damaged still has sound weights: evaluate and export
+    load it (they never read the replay), where resuming the run would skip it."""
+    import zipfile
+
+    from agents.checkpoint import Checkpointer
+
+    train(copy.deepcopy(tiny_config))
+    state = Path(tiny_config.run_dir) / "ckpt" / "state-400.npz"
+    with zipfile.ZipFile(state) as z:
+        member = z.getinfo("replay/data/obs.npy")
+    data = bytearray(state.read_bytes())
+    middle = member.header_offset + 30 + len(member.filename) + member.compress_size // 2
+    data[middle : middle + 8] = bytes(8 * [0xFF])  # the member's CRC no longer matches
+    state.write_bytes(bytes(data))
+    with pytest.raises(zipfile.BadZipFile):
+        Checkpointer(tiny_config.run_dir).load(400)
+    saved = load_run(tiny_config.run_dir)
+    assert saved.step == 400
+    assert evaluate_run(saved, episodes=2, network="target", seed=0)["episodes"] == 2
+
+
 def test_a_run_trained_with_an_average_network_evaluates_and_exports_it(
     tiny_config: Config, monkeypatch
 ) -> None:
