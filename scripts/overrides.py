@@ -19,7 +19,10 @@ from envs import describe_env
 from envs.config import ConfigError
 
 # Hydra's own flags that take a value (``--config-name NAME``): neither they nor it are overrides.
-_FLAGS_WITH_VALUE = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--info", "-i"}
+_FLAGS_WITH_VALUE = {
+    "--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--info", "-i", "--cfg", "-c",
+    "--package", "-p", "--experimental-rerun",
+}  # fmt: skip
 
 
 def task_overrides(argv: list[str]) -> list[str]:

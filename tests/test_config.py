@@ -149,6 +149,19 @@ def test_cli_subprocess_exit_code_and_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_hydra_flags_with_a_value_are_not_taken_for_overrides() -> None:
+    from scripts.overrides import task_overrides
+
+    argv = ["--cfg", "job", "-p", "agent", "--config-name", "config", "agent=r2d2", "-c", "hydra", "seed=1"]
+    assert task_overrides(argv) == ["agent=r2d2", "seed=1"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.train", "--cfg", "job", "agent=r2d2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]  # prints the composed config, trains nothing
+    assert "gamma: 0.999" in proc.stdout
+
+
 def test_validate_accepts_defaults() -> None:
     validate(Config())
     with pytest.raises(ConfigError):
