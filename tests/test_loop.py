@@ -61,7 +61,7 @@ def test_a_decaying_learning_rate_resumes_on_its_schedule_and_cannot_be_switched
     reader = tf.train.load_checkpoint(str(Path(run) / "ckpt" / "ckpt-600"))
     names = reader.get_variable_to_shape_map()
     assert not any("learning_rate" in k for k in names)  # a schedule: no rate variable to overwrite
-    suffix = "/iterations/.ATTRIBUTES/VARIABLE_VALUE"
+    suffix = "iterations/.ATTRIBUTES/VARIABLE_VALUE"  # the optimiser's step counter
     iterations = [int(reader.get_tensor(k)) for k in names if k.endswith(suffix)]
     assert iterations and iterations[0] == summary["updates"]  # the schedule's clock went on
     constant = copy.deepcopy(tiny_config)
