@@ -9,8 +9,9 @@ of replay rows; the learner sends them its weights.
 
 Lock-step rounds: :class:`agents.replay.SequenceReplay` keeps one write cursor for all env columns,
 so the learner writes round r (K rows in every column) only once every worker's block r has
-arrived. Each worker keeps one block in flight, and at most one more waits ready, so workers step
-while the learner updates. What this costs: the slowest worker sets the pace. A round waits for its
+arrived. Each worker has one block outstanding (being stepped, or done and waiting): its next
+call goes out as soon as the learner takes its block, so workers step the next round while the
+learner updates. What this costs: the slowest worker sets the pace. A round waits for its
 block, and a faster worker idles once its next block is ready; one stalled worker stalls training.
 
 Restarts: workers are Ray actors created with ``max_restarts`` (``runner.max_restarts``). A call
@@ -139,7 +140,10 @@ class ActingWorker:
         if update is not None:
             self.policy.net.network.set_weights(update["weights"])
             self.policy.net.sync()
-            self.version, self.counters.env_steps = update["version"], update["env_steps"]
+            # The learner's count when it sent the weights: this worker has stepped one more block
+            # since, so its own count can be ahead (epsilon must not step back).
+            self.version = update["version"]
+            self.counters.env_steps = max(self.counters.env_steps, int(update["env_steps"]))
         start = time.perf_counter()
         obs, returns, lengths = [], [], []
         for _ in range(self.rows):
@@ -243,10 +247,14 @@ class RaySource:
 
     def collect(self) -> Acted:
         """Write the next round (``rows_per_block`` rows in every column) once all its blocks are in."""
+        # Workers whose block was done before the learner asked for it (0: the learner waits for
+        # the workers; num_actors: they wait for the learner).
+        refs = [p for p in self.pending if p is not None]
+        done = ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else []
+        self.depths.append(len(done) + sum(1 for q in self.ready if q))
         while not all(self.ready):
             self._wait()
         blocks = [q.popleft() for q in self.ready]
-        self.depths.append(sum(len(q) for q in self.ready))  # blocks of later rounds already in
         for i, block in enumerate(blocks):
             if self.pending[i] is None:
                 self._submit(i)

@@ -107,6 +107,11 @@ def test_worker_takes_its_ladder_slice_and_seeds_its_columns(tiny_config: Config
     first_obs, _ = local.reset(seed=[9 + 2, 9 + 3])
     np.testing.assert_array_equal(block["rows"]["obs"][0], first_obs)
     assert not worker.collect(None)["fresh"]
+    assert worker.counters.env_steps == 2 * 10 * 4  # two blocks of 10 steps of all 4 envs
+    # Weights sent when the learner had written one block: this worker has stepped two since, so
+    # its count (which epsilon reads) must not go back.
+    update = {"weights": worker.policy.net.network.get_weights(), "version": 3, "env_steps": 40}
+    assert worker.collect(update)["version"] == 3 and worker.counters.env_steps == 3 * 10 * 4
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +159,8 @@ def test_ray_run_layout_counters_checkpoint_and_resume(local_ray, tiny_config, m
     assert sorted(p.name for p in (run / "ckpt").glob("ckpt-*.index")) == ["ckpt-200.index", "ckpt-400.index"]
     assert {"perf/actor_env_steps_per_s", "perf/queue_depth", "perf/policy_lag"} <= event_tags(run)
     assert max(_tag_values(run, "perf/policy_lag")) < summary["updates"] / 2  # weights reach the workers
+    # 10 updates per round take longer than 2 workers' 10 CartPole steps: blocks wait for the learner.
+    assert max(_tag_values(run, "perf/queue_depth")) > 0
     # Worker i's envs are replay columns [2i, 2i + 2), seeded as the local runner seeds those columns.
     local = make_vec_env(config.env, seed=config.seed, num_envs=4)
     first_obs, _ = local.reset(seed=[config.seed + c for c in range(4)])
