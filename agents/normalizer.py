@@ -43,7 +43,9 @@ class RunningMoments:
 
     @property
     def std(self) -> np.ndarray:
-        """``[D]`` standard deviation, floored at ``eps`` (constant features are left unscaled)."""
+        """``[D]`` standard deviation, floored at ``eps`` (a constant feature normalises to 0 instead of
+        dividing by 0; a nearly constant one's rare deviations are scaled by up to ``1 / eps``, then
+        clipped); ones before two observations."""
         if self.count < 2:
             return np.ones_like(self.mean)
         return np.maximum(np.sqrt(self.m2 / self.count), self.eps)
