@@ -140,6 +140,8 @@ class Checkpointer:
             try:
                 extra, info = self.load(step, keys)
                 apply(extra, info)
+            except MemoryError:
+                raise  # the machine, not the checkpoint: skipping it would lose the newest progress
             except Exception as exc:  # noqa: BLE001 - any failure means: try the previous checkpoint
                 reason = first_line(exc)
                 log.warning("checkpoint at env step %d skipped: %s", step, reason)

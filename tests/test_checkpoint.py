@@ -86,6 +86,13 @@ def test_checkpoint_the_caller_rejects_is_skipped_too(tmp_path: Path) -> None:
 
     assert ckpt.restore_latest(apply) == 1000
 
+    def out_of_memory(extra: dict, info: dict) -> None:
+        raise MemoryError  # the machine's fault, not the checkpoint's: the newest is not skipped
+
+    with pytest.raises(MemoryError):
+        ckpt.restore_latest(out_of_memory)
+    assert ckpt.complete_steps() == [1000, 2000]
+
 
 def test_no_usable_checkpoint_is_one_line(tmp_path: Path) -> None:
     ckpt, _ = _saved(tmp_path)
