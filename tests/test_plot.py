@@ -43,6 +43,8 @@ def test_groups_by_differing_keys_and_averages_over_seeds(tmp_path: Path) -> Non
     lstm = {int(r["env_steps"]): r for r in rows if r["group"] == "network.cell=lstm"}
     assert float(lstm[200]["mean"]) == pytest.approx(40.0) and int(lstm[200]["runs"]) == 3
     assert float(lstm[200]["ci95_lo"]) <= 40.0 <= float(lstm[200]["ci95_hi"])
+    # Seeds at 20, 40 and 60: a bootstrap of three runs spreads well beyond +-5 of the mean.
+    assert float(lstm[200]["ci95_lo"]) < 35.0 and float(lstm[200]["ci95_hi"]) > 45.0
     assert float(lstm[300]["ci95_lo"]) >= 30.0 and float(lstm[300]["ci95_hi"]) <= 90.0
     mlp = {int(r["env_steps"]): r for r in rows if r["group"] == "network.cell=mlp"}
     assert int(mlp[400]["runs"]) == 1 and float(mlp[400]["mean"]) == pytest.approx(13.0)

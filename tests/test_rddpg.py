@@ -451,4 +451,10 @@ def test_ou_noise_restarts_at_episode_starts_and_is_checkpointed():
     actor.step(explore=False)
     # Episodes here: 2 steps + the final-observation row, so starts at steps 0 and 3 (and 6: greedy).
     assert len(starts) == 2 and all(s.all() for s in starts)
-    assert "ou_x" in policy.state_dict()
+    # The policy's own noise restarts where an episode starts, and its state is what it saves.
+    policy.noise.x = np.full((2, 1), 0.5, np.float32)
+    original(np.array([True, False]))
+    np.testing.assert_array_equal(policy.noise.x, [[0.0], [0.5]])
+    _, fresh = build_rddpg(config, describe_env(env_config), counters)
+    fresh.load_state_dict(policy.state_dict())
+    np.testing.assert_array_equal(fresh.noise.x, [[0.0], [0.5]])

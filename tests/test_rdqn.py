@@ -41,6 +41,27 @@ def test_ladder_policy_explores_each_env_at_its_own_rate(tiny_config: Config) ->
         action, _ = policy.act(obs, np.zeros((4, 2)), np.zeros(4), policy.net.initial_state(4), explore=True)
         changed += action != greedy
     np.testing.assert_allclose(changed / 4000, epsilon_ladder(4) / 2, atol=0.03)  # 2 actions: half differ
+    # Which envs explore, exactly: a draw just below each env's epsilon explores, just above does not.
+    eps = epsilon_ladder(4)
+
+    class Draws:
+        def __init__(self, u: np.ndarray) -> None:
+            self.u = u
+
+        def random(self, n: int) -> np.ndarray:
+            return self.u
+
+        def integers(self, low: int, high: int, n: int) -> np.ndarray:
+            return 1 - greedy  # a random action is the other one
+
+    for u, explores in (
+        (0.99 * eps, [True] * 4),
+        (1.01 * eps, [False] * 4),
+        (eps[[1, 1, 3, 3]], [True, False, True, False]),
+    ):
+        policy.rng = Draws(np.asarray(u))
+        action, _ = policy.act(obs, np.zeros((4, 2)), np.zeros(4), policy.net.initial_state(4), explore=True)
+        assert ((action != greedy) == np.array(explores)).all(), (u, action, greedy)
 
 
 def test_dueling_head_removes_the_advantage_mean_and_mirrors_in_numpy() -> None:
@@ -60,14 +81,43 @@ def test_dueling_head_removes_the_advantage_mean_and_mirrors_in_numpy() -> None:
 
 @pytest.mark.parametrize("rescaling", [False, True])
 def test_value_rescaling_changes_the_target_not_the_shapes(rescaling: bool) -> None:
-    cfg = RDQNConfig(batch_size=4, n_step=2, value_rescaling=rescaling)
+    """y = h(n-step return built on h^-1(Q_target(s', a*))) with a* the online greedy action,
+    against a reference computed here in numpy; without rescaling, y is the plain n-step target."""
+    from agents.returns import n_step_targets
+
+    eps = 1e-3
+
+    def h(x: np.ndarray) -> np.ndarray:
+        return np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0) + eps * x
+
+    def h_inv(x: np.ndarray) -> np.ndarray:
+        root = (np.sqrt(1.0 + 4.0 * eps * (np.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+        return np.sign(x) * (root**2 - 1.0)
+
+    cfg = RDQNConfig(batch_size=4, n_step=2, gamma=0.9, value_rescaling=rescaling)
     learner = RDQNLearner(cfg, NetworkConfig(units=8, pre_layers=[8], backend="graph"), 3, 2, 1, 3)
+    online, target = learner.online_q, learner.target_q
+    # Target values of several units, where h^-1 is far from the identity.
+    kernel = np.random.default_rng(3).normal(scale=8.0, size=target.head.kernel.shape)
+    target.head.kernel.assign(kernel.astype(np.float32))
     batch = rdqn_batch(learner, 4, 3, 2, seed=0)
-    batch["reward"] *= 50.0  # large returns: h compresses them
+    batch["reward"] *= 20.0
+    obs, first, zero = tf.constant(batch["obs"]), tf.constant(batch["first"]), online.initial_state(4)
+    q_on = online.unroll(obs, zero, first)[0].numpy()[:, 1:]  # [B, T + n, A] after 1 burn-in step
+    q_tg = target.unroll(obs, zero, first)[0].numpy()[:, 1:]
+    value = np.take_along_axis(q_tg, q_on.argmax(-1)[..., None], axis=-1)[..., 0]  # [B, T + n]
+    assert np.abs(value).max() > 3.0
+    taken = np.take_along_axis(q_on[:, :3], batch["action"][:, 1:4, None], axis=-1)[..., 0]  # [B, T]
+    outcome = [batch[k][:, 1:] for k in ("reward", "terminated", "truncated")]
     metrics = learner.step(batch)
     assert metrics["td_error"].shape == (4, 3) and np.isfinite(metrics["loss"])
-    if rescaling:  # Q starts near 0, so the TD error is about h(return), far below the raw return
-        assert np.abs(metrics["td_error"]).max() < 0.2 * np.abs(batch["reward"]).max()
+    if rescaling:
+        want = h(np.asarray(n_step_targets(*outcome, h_inv(value), 0.9, 2))) - taken
+        without_inverse = h(np.asarray(n_step_targets(*outcome, value, 0.9, 2))) - taken
+        assert np.abs(want - without_inverse).max() > 0.1  # the test tells h^-1 from the identity
+    else:
+        want = np.asarray(n_step_targets(*outcome, value, 0.9, 2)) - taken
+    np.testing.assert_allclose(metrics["td_error"], want, rtol=1e-4, atol=1e-4)
 
 
 def test_advantage_learning_lowers_the_target_by_alpha_times_the_action_gap() -> None:
@@ -191,6 +241,8 @@ def test_adam_epsilon_damps_the_steps_of_small_gradients() -> None:
 
 
 def test_importance_weights_scale_each_sequence_loss() -> None:
+    """loss = sum_b w_b sum_t huber(delta_bt) mask_bt / sum mask: each sequence's terms scaled by its
+    weight, the normaliser unchanged."""
     cfg = RDQNConfig(batch_size=4, n_step=2)
     net = NetworkConfig(units=8, pre_layers=[8], backend="graph")
     weighted = RDQNLearner(cfg, net, 3, 2, 1, 3, importance_weights=True)
@@ -198,9 +250,16 @@ def test_importance_weights_scale_each_sequence_loss() -> None:
     plain.online_q.set_weights(weighted.online_q.get_weights())
     plain.target_q.set_weights(weighted.target_q.get_weights())
     batch = rdqn_batch(plain, 4, 3, 2, seed=1)
-    loss = plain.step(batch)["loss"]
-    half = weighted.step({**batch, "weight": np.array([1.0, 1.0, 0.0, 0.0], np.float32)})["loss"]
-    assert 0 < half < loss  # two sequences' losses weighted out
+    batch["reward"] *= 3.0  # some TD errors past the Huber loss's quadratic part
+    out = plain.step(batch)
+    td, mask = out["td_error"], out["mask"]
+    per_step = np.where(np.abs(td) <= 1.0, 0.5 * td**2, np.abs(td) - 0.5)
+    assert (np.abs(td) > 1.0).any() and (np.abs(td) < 1.0).any()
+    w = np.array([1.0, 0.5, 0.25, 0.0], np.float32)
+    want = (w[:, None] * per_step * mask).sum() / mask.sum()
+    got = weighted.step({**batch, "weight": w})["loss"]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(out["loss"], (per_step * mask).sum() / mask.sum(), rtol=1e-5)
 
 
 def test_prioritized_run_checkpoints_and_resumes(tiny_config: Config) -> None:

@@ -80,6 +80,14 @@ def test_priorities_follow_td_errors_and_weights_correct_for_them() -> None:
     hot = first_obs == start_row + 1000 * start_env
     assert hot.mean() > 0.2
     assert batch["weight"][hot].max() < batch["weight"][~hot].min()
+    # Exactly (N P(i)) ** -beta over the batch maximum; beta anneals from 0.5 (updates=0) to 1.
+    prio = replay.priorities
+    for updates, beta in ((0, 0.5), (prio.anneal_steps // 2, 0.75), (10 * prio.anneal_steps, 1.0)):
+        batch = replay.sample(64, updates)
+        prob = prio.tree.get(prio.last) / prio.tree.total
+        n = np.count_nonzero(prio.tree.get(np.arange(replay.rows * 2)))
+        want = (n * prob) ** -beta
+        np.testing.assert_allclose(batch["weight"], want / want.max(), rtol=1e-5)
 
 
 def test_priorities_survive_a_checkpoint_and_uniform_checkpoints_get_them() -> None:
