@@ -38,6 +38,11 @@ def task_overrides(argv: list[str]) -> list[str]:
     return out
 
 
+def config_overrides(argv: list[str]) -> list[str]:
+    """The overrides of ``argv`` that set the config (Hydra's own ``hydra.*`` left out)."""
+    return [o for o in task_overrides(argv) if not o.lstrip("+~").startswith("hydra.")]
+
+
 def _allowed_keys(overrides: list[str], full_key: str, config_name: str = "config") -> str:
     """The keys beside ``full_key`` in the config composed without the offending override."""
     parent, _, _ = full_key.rpartition(".")
@@ -81,7 +86,7 @@ def check_composes(argv: list[str], name: str, schema: type) -> str | None:
     """Compose ``conf/<name>.yaml`` with the overrides of ``argv`` into ``schema``: one line naming
     the first unknown key or bad value, or None. For commands whose own config is all there is to
     check (the suite); ``scripts.train`` uses :func:`check`."""
-    overrides = [o for o in task_overrides(argv) if not o.lstrip("+~").startswith("hydra.")]
+    overrides = config_overrides(argv)
     try:
         with initialize_config_module("conf", version_base="1.3"):
             try:
@@ -105,7 +110,7 @@ def check(argv: list[str]) -> str | None:
     problem, or None. Sweeps (``-m``) are left to Hydra, which expands them first."""
     if "-m" in argv or "--multirun" in argv:
         return None
-    overrides = [o for o in task_overrides(argv) if not o.lstrip("+~").startswith("hydra.")]
+    overrides = config_overrides(argv)
     try:
         with initialize_config_module("conf", version_base="1.3"):
             try:
@@ -114,10 +119,8 @@ def check(argv: list[str]) -> str | None:
                 return _message(exc, overrides)
             # ``+key=value`` appends even to dataclass nodes: merging into the typed schema finds
             # keys that no field reads.
-            data = OmegaConf.to_container(cfg, resolve=False)
-            data.pop("hydra", None)
             try:
-                config = config_from_dict(data)
+                config = config_from_dict(_without_hydra(cfg))
             except OmegaConfBaseException as exc:
                 return _message(exc, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
