@@ -277,6 +277,8 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
             perf_mark = (time.perf_counter(), counters.env_steps, counters.updates)
         if counters.env_steps >= next_ckpt or counters.env_steps >= t.total_env_steps or stop.requested:
             next_ckpt += t.checkpoint_every_env_steps
+            if log_ and (counters.env_steps >= t.total_env_steps or stop.requested):
+                log_.write(writer, counters.env_steps)  # the last updates' partial window
             counters.wall_time_s = time.perf_counter() - started
             writer.flush()  # events up to this step are on disk before the checkpoint claims them
             save_run_state(run.ckpt, run.counters, run.replay, run.policy, run.learner, run.normalizer)

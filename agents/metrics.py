@@ -165,6 +165,10 @@ class LearnerLog:
                 np.stack([metrics[prefix + "td_error"], metrics[prefix + "mask"]])
             )
 
+    def __bool__(self) -> bool:
+        """True while some metrics wait to be written."""
+        return bool(self.scalars or self.td or self.hist)
+
     def write(self, writer: MetricsWriter, step: int) -> None:
         # Keys with a group of their own (charts/...) keep it; the rest are losses.
         writer.scalars(

@@ -8,7 +8,8 @@ second takes ``<dir>_1``, ``<dir>_2``, ... A lock left by a process that died (S
 is recognised by its PID no longer running on this host and taken over. The owner also holds an
 advisory ``flock`` on the lock file for its lifetime, which the kernel drops when it dies however it
 dies: that tells a lock left by another host's process (a killed container, whose host name the next
-container does not share) from a live one, where the filesystem supports locks.
+container does not share) from a live one, where the filesystem supports locks. A lock file with no
+owner written yet belongs to a launch that has just created it, and is respected for a few seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 
 from envs.config import ConfigError
@@ -25,6 +27,9 @@ from envs.config import ConfigError
 log = logging.getLogger("recurrl")
 
 LOCK = "run.lock"
+# A lock file without an owner may be one another launch has just created and not yet written; for
+# this long it is respected, after that it is a torn lock whose writer died.
+UNWRITTEN_GRACE_S = 10.0
 
 
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
@@ -84,9 +89,17 @@ def _flock_held(lock: Path) -> bool | None:
 
 def _alive(owner: dict | None, lock: Path) -> bool:
     """True unless the lock's owner is known to be gone: on this host its PID is not running; from
-    another host no process holds the lock file's flock (where the filesystem can tell)."""
+    another host no process holds the lock file's flock (where the filesystem can tell). A lock with
+    no owner yet is being written (its flock held, or younger than ``UNWRITTEN_GRACE_S``) or was left
+    by a writer that died before finishing it."""
     if owner is None:
-        return False  # empty or torn lock: its writer died before finishing it
+        if _flock_held(lock):
+            return True
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except OSError:
+            return False  # gone: nothing to respect
+        return age < UNWRITTEN_GRACE_S
     if owner.get("host") != socket.gethostname():
         held = _flock_held(lock)
         return held is None or held  # cannot tell: assume it runs
@@ -112,8 +125,10 @@ class RunLock:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        try:  # before the owner is written, so a reader that finds an owner also finds the flock
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Before the owner is written, so a reader that finds an owner also finds the flock. Blocking:
+        # a prober holds its shared lock for an instant and must not make the owner go without one.
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
             pass  # no lock support here: the PID and host still identify the owner
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())

@@ -72,6 +72,15 @@ def test_a_decaying_learning_rate_resumes_on_its_schedule_and_cannot_be_switched
         load_run_config(constant.run_dir, ["agent.lr_end=1e-4"])
 
 
+def test_updates_after_the_last_log_interval_are_written_at_the_end(tiny_config: Config) -> None:
+    tiny_config.train.log_every_updates = 1000  # more than the run's 76 updates
+    summary = train(copy.deepcopy(tiny_config))
+    run = Path(tiny_config.run_dir)
+    assert 0 < summary["updates"] < 1000
+    assert event_steps(run, "losses/loss") == [400]  # one partial window, at the last step
+    assert event_steps(run, "td/abs_mean") == [400]
+
+
 def test_kill_after_an_evaluation_then_resume_keeps_each_step_once(tiny_config: Config) -> None:
     tiny_config.eval.every_env_steps = 100
     train(copy.deepcopy(tiny_config))

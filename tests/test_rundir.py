@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from agents.rundir import LOCK, RunLock, atomic_write, claim_new, claim_resume, redirect_file_logs
+from agents import rundir
+from agents.rundir import (
+    LOCK,
+    UNWRITTEN_GRACE_S,
+    RunLock,
+    atomic_write,
+    claim_new,
+    claim_resume,
+    redirect_file_logs,
+)
 from envs.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,10 +59,45 @@ def test_existing_run_is_refused_and_a_stale_lock_is_taken_over(tmp_path: Path) 
     lock.release()
 
 
-def test_torn_lock_counts_as_stale(tmp_path: Path) -> None:
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / LOCK).write_text("")  # its writer died before finishing it
-    assert claim_new(tmp_path / "run").run_dir == tmp_path / "run"
+def test_a_lock_not_yet_written_is_respected_and_a_torn_one_taken_over(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK).write_text("")  # another launch created it an instant ago and writes it next
+    assert claim_new(run).run_dir == tmp_path / "run_1"
+    with pytest.raises(ConfigError, match="is in use by pid"):
+        claim_resume(run)
+    old = time.time() - 2 * UNWRITTEN_GRACE_S
+    os.utime(run / LOCK, (old, old))  # still empty long after: its writer died before finishing it
+    lock = claim_new(run)
+    assert lock.run_dir == run and json.loads((run / LOCK).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+def test_the_owner_takes_its_flock_even_while_another_launch_probes_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    real_flock, timers = fcntl.flock, []
+
+    def probed_then_flock(fd: int, op: int) -> None:
+        if op & fcntl.LOCK_EX and not timers:  # another launch probes the new file right now
+            probe = os.open(run / LOCK, os.O_RDONLY)
+            real_flock(probe, fcntl.LOCK_SH)
+            timers.append(threading.Timer(0.2, os.close, [probe]))
+            timers[0].start()
+        real_flock(fd, op)
+
+    monkeypatch.setattr(rundir.fcntl, "flock", probed_then_flock)
+    lock = RunLock(run)
+    try:
+        assert lock.acquire(take_stale=False) and timers
+        monkeypatch.setattr(rundir.fcntl, "flock", real_flock)
+        assert rundir._flock_held(run / LOCK)  # the owner's exclusive flock is there
+    finally:
+        for timer in timers:
+            timer.join()
+        lock.release()
 
 
 def test_lock_of_another_host_is_respected_while_its_owner_lives_and_taken_over_after(tmp_path: Path) -> None:
