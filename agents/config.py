@@ -16,6 +16,7 @@ from agents.agent import CONFIGS_BY_KIND, lookup
 from agents.networks import NetworkConfig
 from agents.rddpg import RDDPGConfig  # noqa: F401  (importing an agent module registers it)
 from agents.rdqn import RDQNConfig
+from agents.records import flatten
 from agents.replay import ReplayConfig
 from envs.config import ConfigError, EnvConfig
 from envs.config import check as _check
@@ -227,16 +228,6 @@ FROZEN_ON_RESUME = (
     "runner.envs_per_actor",
 )
 MUTABLE_UNDER_FROZEN = ("network.backend",)
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as ``{"a.b.c": value}`` (an empty dict stays a value)."""
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out or {prefix[:-1]: {}}
-    return {prefix[:-1]: data}
 
 
 def _frozen(key: str) -> bool:

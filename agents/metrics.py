@@ -17,23 +17,10 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from agents.config import flatten
+from agents.records import OPTIONAL_COLUMNS, PROGRESS_COLUMNS, flatten, read_progress
 from agents.rundir import atomic_write
 
 log = logging.getLogger("recurrl")
-
-PROGRESS_COLUMNS = (
-    "env_steps",
-    "updates",
-    "wall_time_s",
-    "eval_return_mean",
-    "eval_return_std",
-    "train_return_mean",
-    "eval_success_rate",  # fraction of evaluation episodes with return >= env.success_return (else nan)
-)
-# Columns only some runs fill (nan in progress.csv otherwise, and in files written before they
-# existed): a row read back has them only where they hold a value.
-OPTIONAL_COLUMNS = ("eval_success_rate",)
 
 
 def td_summary(td_error: np.ndarray, mask: np.ndarray, bins: int = 8) -> dict[str, float]:
@@ -181,27 +168,6 @@ class LearnerLog:
         for name, arrays in self.hist.items():
             writer.histogram(step, f"charts/{name}", np.concatenate(arrays))
         self.scalars, self.td, self.hist = {}, {}, {}
-
-
-def read_progress(path: str | os.PathLike) -> list[dict[str, float]]:
-    """The rows of a ``progress.csv`` as floats (``env_steps``/``updates`` as int); a torn last line
-    (a kill while appending) is left out."""
-    rows = []
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return rows
-    for raw in csv.DictReader(io.StringIO(text)):
-        try:
-            row = {k: float(raw[k]) for k in PROGRESS_COLUMNS if k not in OPTIONAL_COLUMNS}
-            for k in OPTIONAL_COLUMNS:
-                if raw.get(k) not in (None, "", "nan"):
-                    row[k] = float(raw[k])
-        except (KeyError, TypeError, ValueError):
-            continue
-        row["env_steps"], row["updates"] = int(row["env_steps"]), int(row["updates"])
-        rows.append(row)
-    return rows
 
 
 def rewind(run_dir: str | os.PathLike, step: int) -> list[dict[str, float]]:

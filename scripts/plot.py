@@ -20,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.config import flatten
-from agents.metrics import read_progress
+from agents.records import flatten, read_progress
 
 IGNORED = ("seed", "run_dir", "resume")
 # Keys that name what a run is: the default grouping uses those that differ, else every key that does.

@@ -17,18 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from agents.records import PROGRESS_COLUMNS
+
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE_DOCKER = REPO.parent / "shared" / "tools" / "offline-docker"
 IMAGE = "recurrl:test"
-PROGRESS_HEADER = [
-    "env_steps",
-    "updates",
-    "wall_time_s",
-    "eval_return_mean",
-    "eval_return_std",
-    "train_return_mean",
-    "eval_success_rate",
-]
+PROGRESS_HEADER = list(PROGRESS_COLUMNS)
 SHORT_RUN = [
     "train.total_env_steps=2000",
     "train.learning_starts=500",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agents.metrics import PROGRESS_COLUMNS
 from scripts.plot import find_runs, group_runs, main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(root: Path, name: str, cell: str, seed: int, returns: list[float], every: int = 100) -> Path:
@@ -60,3 +64,17 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "group_by=network.nope is not a config key" in capsys.readouterr().err
     assert main([str(tmp_path), "colour=red"]) == 2
     assert "colour is not an option" in capsys.readouterr().err
+
+
+def test_plotting_runs_does_not_start_tensorflow(tmp_path: Path) -> None:
+    _run(tmp_path, "a", "lstm", 0, [1.0, 2.0])
+    code = (
+        "import sys; from scripts.plot import main; main([sys.argv[1], 'out=' + sys.argv[2]]); "
+        "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), str(tmp_path / "curves")],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "curves.csv").exists()
