@@ -24,6 +24,9 @@ the function attribute takes them as a dict ``{"obs.image": ..., "obs.direction"
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -32,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.encoder import LN_EPSILON
+from agents.rundir import fsync_dir
 from agents.saved_run import SavedRun
 from envs import make_env
 from envs.config import ConfigError, EnvConfig
@@ -126,16 +130,41 @@ def discrete_action_layout(env_config: EnvConfig) -> tuple[tf.Tensor | None, tf.
         env.close()
 
 
+def _refuse_existing(out: Path) -> None:
+    if out.exists():
+        raise ConfigError(f"out={str(out)!r} already exists: choose another out= or remove it")
+
+
+def _write_whole(out: Path, write: Callable[[Path], None]) -> Path:
+    """Run ``write`` on a temporary sibling of ``out``, then rename it to ``out``: a failed or killed
+    export leaves nothing at ``out``, and an existing ``out`` is never touched."""
+    _refuse_existing(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp{out.suffix}")
+    try:
+        write(tmp)
+        _refuse_existing(out)  # another export may have finished there meanwhile
+        os.rename(tmp, out)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+    fsync_dir(out.parent)
+    return out
+
+
 def export_saved_model(saved: SavedRun, out: str | Path, network: str = "run") -> Path:
-    """Write the policy of ``saved`` as a SavedModel directory ``out``; returns its path."""
+    """Write the policy of ``saved`` as a SavedModel directory ``out``; returns its path.
+
+    Refuses (:class:`ConfigError`) an ``out`` that exists; the directory appears whole or not at all.
+    """
     module = PolicyModule(saved, network)
-    out = Path(out)
     signatures = {
         "initial_state": module.initial_state.get_concrete_function(),
         "step": module.step.get_concrete_function(),
     }
-    tf.saved_model.save(module, str(out), signatures=signatures)
-    return out
+    return _write_whole(Path(out), lambda tmp: tf.saved_model.save(module, str(tmp), signatures=signatures))
 
 
 def keras_model(saved: SavedRun, network: str = "run") -> keras.Model:
@@ -211,9 +240,9 @@ def _dense_stack(x: keras.KerasTensor, layers: list, prefix: str) -> keras.Keras
 
 def export_keras(saved: SavedRun, out: str | Path, network: str = "run") -> Path:
     """Write :func:`keras_model` as a ``.keras`` file (``keras.saving.load_model`` reads it with no
-    custom objects); returns its path."""
+    custom objects); returns its path. Refuses an ``out`` that exists; the file appears whole."""
     out = Path(out)
     out = out if out.suffix == ".keras" else out.with_suffix(".keras")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    keras_model(saved, network).save(out)
-    return out
+    _refuse_existing(out)
+    model = keras_model(saved, network)
+    return _write_whole(out, model.save)

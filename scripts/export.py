@@ -1,11 +1,12 @@
 """Export a trained policy: ``python -m scripts.export run=DIR [format=saved_model] [step=N]
 [network=run|online|target|average] [out=PATH]``.
 
-Writes ``DIR/export/<format>-<step>`` (or ``out``): with ``format=saved_model`` a SavedModel with
-the signatures ``initial_state(batch_size)`` and ``step(observation, state) -> (action, q_values or
-action_mean, state)`` that plain TensorFlow loads without recurrl; with ``format=keras`` a
-``.keras`` file of stock Keras layers that ``keras.saving.load_model`` reads (agents/export.py
-documents the tensors of both).
+Writes ``DIR/export/<format>-<step>`` (``-<network>`` appended unless ``network=run``), or ``out``,
+which must not exist yet (the export appears there whole or not at all). With
+``format=saved_model`` a SavedModel with the signatures ``initial_state(batch_size)`` and
+``step(observation, state) -> (action, q_values or action_mean, state)`` that plain TensorFlow loads
+without recurrl; with ``format=keras`` a ``.keras`` file of stock Keras layers that
+``keras.saving.load_model`` reads (agents/export.py documents the tensors of both).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class ExportConfig:
     # Weights to export: run (those the run's evaluations used, its eval.network), online, or
     # target (the EMA of the online weights).
     network: str = "run"
-    # Output directory; null = DIR/export/<format>-<step>.
+    # Output path, which must not exist; null = DIR/export/<format>-<step>[-<network>].
     out: str | None = None
 
 
@@ -55,8 +56,11 @@ def run_export(cfg: ExportConfig) -> Path:
     if cfg.format not in FORMATS:
         raise ConfigError(f"format={cfg.format!r} is invalid: allowed {'|'.join(FORMATS)}")
     check_network(cfg.network)
+    if cfg.out and Path(cfg.out).exists():  # before the run is loaded
+        raise ConfigError(f"out={cfg.out!r} already exists: choose another out= or remove it")
     saved = load_run(cfg.run, cfg.step, backend="graph")  # TF ops only: no native op in the export
-    out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export" / f"{cfg.format}-{saved.step}"
+    name = f"{cfg.format}-{saved.step}" + ("" if cfg.network == "run" else f"-{cfg.network}")
+    out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export" / name
     if cfg.format == "keras":
         return export_keras(saved, out, cfg.network)
     return export_saved_model(saved, out, cfg.network)

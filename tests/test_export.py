@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from agents.actor import Actor
 from agents.config import Config, validate
@@ -385,3 +386,33 @@ def test_dict_observation_exports_one_input_per_leaf(tiny_config: Config) -> Non
     env.close()
     with pytest.raises(ConfigError, match="format=keras exports a flat vector observation"):
         keras_model(saved)
+
+
+def test_an_export_never_overwrites_and_appears_whole(tiny_config: Config, monkeypatch) -> None:
+    from scripts.export import ExportConfig, run_export
+
+    train(copy.deepcopy(tiny_config))
+    run = Path(tiny_config.run_dir)
+    first = run_export(ExportConfig(run=str(run)))
+    assert first == run / "export" / "saved_model-400"
+    before = {p: p.read_bytes() for p in first.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"^out='.*saved_model-400' already exists: choose another out="):
+        run_export(ExportConfig(run=str(run)))  # the same export again
+    assert {p: p.read_bytes() for p in first.rglob("*") if p.is_file()} == before
+    target = run_export(ExportConfig(run=str(run), network="target"))
+    assert target == run / "export" / "saved_model-400-target" and target.is_dir()
+    with pytest.raises(ConfigError, match="already exists"):
+        run_export(ExportConfig(run=str(run), out=str(first)))
+
+    def dies_halfway(module, path, signatures=None) -> None:
+        (Path(path) / "half").mkdir(parents=True)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tf.saved_model, "save", dies_halfway)
+    with pytest.raises(OSError):
+        run_export(ExportConfig(run=str(run), network="online"))
+    assert sorted(p.name for p in (run / "export").iterdir()) == ["saved_model-400", "saved_model-400-target"]
+    keras_file = run_export(ExportConfig(run=str(run), format="keras", out=str(run / "k.keras")))
+    with pytest.raises(ConfigError, match="already exists"):
+        run_export(ExportConfig(run=str(run), format="keras", out=str(keras_file)))
+    assert sorted(p.name for p in run.glob("*keras*")) == ["k.keras"]
