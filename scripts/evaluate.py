@@ -2,7 +2,8 @@
 [network=run|online|target|average] [seed=0] [record=FILE] [video=false]``.
 
 Greedy episodes from the run's newest complete checkpoint (or ``step``); prints mean +- std and
-writes ``eval-<step>.json`` into the run (or ``record``). ``video=true`` also records
+writes ``eval-<step>.json`` into the run (``eval-<step>-<network>.json`` for a ``network`` other
+than ``run``), or ``record``. ``video=true`` also records
 ``video_episodes`` episodes of an env that renders ``rgb_array`` into ``DIR/videos/eval-<step>/``
 (needs ``pip install -e '.[video]'``).
 """
@@ -42,7 +43,8 @@ class EvaluateConfig:
     network: str = "run"
     # Seed of the evaluation envs (episode i starts from seed + i).
     seed: int = 0
-    # The JSON file the record goes to; null = DIR/eval-<step>.json.
+    # The JSON file the record goes to; null = DIR/eval-<step>.json (eval-<step>-<network>.json for a
+    # network other than run).
     record: str | None = None
     # Record episodes to DIR/videos/eval-<step>/ (the env must render rgb_array).
     video: bool = False
@@ -76,7 +78,8 @@ def run_evaluation(cfg: EvaluateConfig) -> dict:
 
 def record_path(cfg: EvaluateConfig, step: int) -> Path:
     """Where the record of an evaluation at ``step`` goes."""
-    return Path(cfg.record) if cfg.record else Path(cfg.run) / f"eval-{step}.json"
+    suffix = "" if cfg.network == "run" else f"-{cfg.network}"  # one record per network evaluated
+    return Path(cfg.record) if cfg.record else Path(cfg.run) / f"eval-{step}{suffix}.json"
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")

@@ -284,6 +284,10 @@ def test_evaluate_command_writes_eval_json_and_refuses_a_non_run(tiny_config: Co
     assert json.loads((Path(run) / "eval-400.json").read_text()) == record
     from scripts.evaluate import EvaluateConfig, run_evaluation
 
+    target = run_evaluation(EvaluateConfig(run=str(run), episodes=2, network="target"))
+    assert json.loads((Path(run) / "eval-400-target.json").read_text()) == target
+    assert target["network"] == "target" and json.loads((Path(run) / "eval-400.json").read_text()) == record
+
     with pytest.raises(
         ConfigError, match=r"^record='.*/nowhere/x\.json' is invalid: allowed a file in an existing"
     ):
