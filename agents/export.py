@@ -130,20 +130,21 @@ def discrete_action_layout(env_config: EnvConfig) -> tuple[tf.Tensor | None, tf.
         env.close()
 
 
-def _refuse_existing(out: Path) -> None:
-    if out.exists():
+def refuse_existing(out: str | Path) -> None:
+    """Raise :class:`ConfigError` (one line naming ``out=``) if ``out`` exists: exports never overwrite."""
+    if Path(out).exists():
         raise ConfigError(f"out={str(out)!r} already exists: choose another out= or remove it")
 
 
 def _write_whole(out: Path, write: Callable[[Path], None]) -> Path:
     """Run ``write`` on a temporary sibling of ``out``, then rename it to ``out``: a failed or killed
     export leaves nothing at ``out``, and an existing ``out`` is never touched."""
-    _refuse_existing(out)
+    refuse_existing(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp{out.suffix}")
     try:
         write(tmp)
-        _refuse_existing(out)  # another export may have finished there meanwhile
+        refuse_existing(out)  # another export may have finished there meanwhile
         os.rename(tmp, out)
     finally:
         if tmp.is_dir():
@@ -243,6 +244,6 @@ def export_keras(saved: SavedRun, out: str | Path, network: str = "run") -> Path
     custom objects); returns its path. Refuses an ``out`` that exists; the file appears whole."""
     out = Path(out)
     out = out if out.suffix == ".keras" else out.with_suffix(".keras")
-    _refuse_existing(out)
+    refuse_existing(out)
     model = keras_model(saved, network)
     return _write_whole(out, model.save)

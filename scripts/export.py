@@ -50,14 +50,14 @@ class ExportConfig:
 
 def run_export(cfg: ExportConfig) -> Path:
     """Export as configured; returns the written path."""
-    from agents.export import export_keras, export_saved_model
+    from agents.export import export_keras, export_saved_model, refuse_existing
     from agents.saved_run import check_network, load_run
 
     if cfg.format not in FORMATS:
         raise ConfigError(f"format={cfg.format!r} is invalid: allowed {'|'.join(FORMATS)}")
     check_network(cfg.network)
-    if cfg.out and Path(cfg.out).exists():  # before the run is loaded
-        raise ConfigError(f"out={cfg.out!r} already exists: choose another out= or remove it")
+    if cfg.out:  # before the run is loaded
+        refuse_existing(cfg.out)
     saved = load_run(cfg.run, cfg.step, backend="graph")  # TF ops only: no native op in the export
     name = f"{cfg.format}-{saved.step}" + ("" if cfg.network == "run" else f"-{cfg.network}")
     out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export" / name
