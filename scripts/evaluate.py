@@ -78,8 +78,14 @@ def run_evaluation(cfg: EvaluateConfig) -> dict:
 
 def record_path(cfg: EvaluateConfig, step: int) -> Path:
     """Where the record of an evaluation at ``step`` goes."""
-    suffix = "" if cfg.network == "run" else f"-{cfg.network}"  # one record per network evaluated
-    return Path(cfg.record) if cfg.record else Path(cfg.run) / f"eval-{step}{suffix}.json"
+    name = f"eval-{step}{network_suffix(cfg.network)}.json"
+    return Path(cfg.record) if cfg.record else Path(cfg.run) / name
+
+
+def network_suffix(network: str) -> str:
+    """What default output names of ``scripts.evaluate`` and ``scripts.export`` add for a
+    ``network=`` choice, so each network's output is kept: ``""`` for ``run``, else ``-<network>``."""
+    return "" if network == "run" else f"-{network}"
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")

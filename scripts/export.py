@@ -24,7 +24,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from envs.config import ConfigError  # noqa: E402
-from scripts.evaluate import check_run_arg  # noqa: E402
+from scripts.evaluate import check_run_arg, network_suffix  # noqa: E402
 
 log = logging.getLogger("recurrl")
 FORMATS = ("saved_model", "keras")
@@ -59,7 +59,7 @@ def run_export(cfg: ExportConfig) -> Path:
     if cfg.out:  # before the run is loaded
         refuse_existing(cfg.out)
     saved = load_run(cfg.run, cfg.step, backend="graph")  # TF ops only: no native op in the export
-    name = f"{cfg.format}-{saved.step}" + ("" if cfg.network == "run" else f"-{cfg.network}")
+    name = f"{cfg.format}-{saved.step}{network_suffix(cfg.network)}"
     out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export" / name
     if cfg.format == "keras":
         return export_keras(saved, out, cfg.network)
