@@ -103,6 +103,9 @@ class Acted:
     # Returns and lengths of the episodes that ended.
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
+    # Per episode, the env steps into this collect at which it ended (1..env_steps); empty: all at
+    # its end. A Ray round spans many steps, and its episodes are logged where each one ended.
+    ends: list[int] = field(default_factory=list)
 
 
 class ActingSource(Protocol):

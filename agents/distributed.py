@@ -136,7 +136,8 @@ class ActingWorker:
     def collect(self, update: dict | None) -> dict:
         """Apply ``update`` (weights, their version, global env steps) if given, then step ``K``
         times; returns the block: ``rows`` ``[K, E, ...]`` per field, ``obs`` ``[K, E, ...]`` (the
-        observations after each step), finished episodes and the weights version acted with."""
+        observations after each step), finished episodes (with ``ends``: the round's env steps,
+        over all workers, at which each ended) and the weights version acted with."""
         if update is not None:
             self.policy.net.network.set_weights(update["weights"])
             self.policy.net.sync()
@@ -145,14 +146,16 @@ class ActingWorker:
             self.version = update["version"]
             self.counters.env_steps = max(self.counters.env_steps, int(update["env_steps"]))
         start = time.perf_counter()
-        obs, returns, lengths = [], [], []
-        for _ in range(self.rows):
+        obs, returns, lengths, ends = [], [], [], []
+        for k in range(self.rows):
             stats = self.actor.step(explore=True)
             self.counters.env_steps += self.total_envs  # the other workers step alongside
             obs.append(self.actor.obs)
             returns += stats.returns
             lengths += stats.lengths
+            ends += [(k + 1) * self.total_envs] * len(stats.returns)
         block = {"rows": self.sink.take(), "obs": _stack(obs), "returns": returns, "lengths": lengths}
+        block["ends"] = ends
         block.update(version=self.version, fresh=self.fresh, seconds=time.perf_counter() - start)
         self.fresh = False
         return block
@@ -265,9 +268,13 @@ class RaySource:
             self.lags.append(self.counters.updates - block["version"])
         written = write_round(self.replay, [b["rows"] for b in blocks])
         reward = _flat(np.concatenate([b["rows"]["reward"] for b in blocks], axis=1))
-        returns = [x for b in blocks for x in b["returns"]]
-        lengths = [x for b in blocks for x in b["lengths"]]
-        return Acted(written, _flat(_columns(blocks, "obs")), reward, returns, lengths)
+        # The round's episodes in the order they ended, each at the round's step it ended at.
+        ended = sorted(
+            (x for b in blocks for x in zip(b["ends"], b["returns"], b["lengths"], strict=True)),
+            key=lambda x: x[0],
+        )
+        returns, lengths, ends = [x[1] for x in ended], [x[2] for x in ended], [x[0] for x in ended]
+        return Acted(written, _flat(_columns(blocks, "obs")), reward, returns, lengths, ends)
 
     def _restarted(self, i: int) -> None:
         self.restarts += 1

@@ -230,12 +230,12 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
             _stop_nonfinite(run, evals, started, bad)
         run.normalizer.update(acted.obs)
         bar.update(n)
-        for ret, length in zip(acted.returns, acted.lengths, strict=True):
+        ends = acted.ends or [n] * len(acted.returns)
+        for ret, length, end in zip(acted.returns, acted.lengths, ends, strict=True):
             counters.episodes += 1
             recent.append(ret)
-            writer.scalars(
-                counters.env_steps, {"charts/episode_return": ret, "charts/episode_length": length}
-            )
+            step = counters.env_steps - n + end
+            writer.scalars(step, {"charts/episode_return": ret, "charts/episode_length": length})
         if counters.env_steps >= t.learning_starts and replay.can_sample():
             counters.update_budget += n * t.updates_per_step
             if counters.update_budget >= 1.0:

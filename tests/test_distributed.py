@@ -142,10 +142,14 @@ def _capture_source(monkeypatch: pytest.MonkeyPatch) -> list:
     return made
 
 
-def _tag_values(run: Path, tag: str) -> list[float]:
+def _tag_events(run: Path, tag: str) -> list[tuple[int, float]]:
     acc = event_accumulator.EventAccumulator(str(run / "tb"), size_guidance={"tensors": 0})
     acc.Reload()
-    return [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
+    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+
+
+def _tag_values(run: Path, tag: str) -> list[float]:
+    return [value for _, value in _tag_events(run, tag)]
 
 
 def test_ray_run_layout_counters_checkpoint_and_resume(local_ray, tiny_config, monkeypatch) -> None:
@@ -161,6 +165,11 @@ def test_ray_run_layout_counters_checkpoint_and_resume(local_ray, tiny_config, m
     assert max(_tag_values(run, "perf/policy_lag")) < summary["updates"] / 2  # weights reach the workers
     # 10 updates per round take longer than 2 workers' 10 CartPole steps: blocks wait for the learner.
     assert max(_tag_values(run, "perf/queue_depth")) > 0
+    # Episodes are logged at the env step they ended, not all at the end of their 40-step round:
+    # steps of 4 (every env steps once per row), none before its own length allows.
+    ended = _tag_events(run, "charts/episode_length")
+    assert len(ended) == summary["episodes"] and all(s % 4 == 0 and s >= 4 * n for s, n in ended)
+    assert any(s % 40 for s, _ in ended) and [s for s, _ in ended] == sorted(s for s, _ in ended)
     # Worker i's envs are replay columns [2i, 2i + 2), seeded as the local runner seeds those columns.
     local = make_vec_env(config.env, seed=config.seed, num_envs=4)
     first_obs, _ = local.reset(seed=[config.seed + c for c in range(4)])
