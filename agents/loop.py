@@ -219,7 +219,10 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
         unit="step",
         dynamic_ncols=True,
     )
-    perf_mark = (time.perf_counter(), counters.env_steps, counters.updates)
+    # perf/* rates are steady-state: the window leaves out the first update's tracing and
+    # compiling (logged once as perf/first_update_s) and checkpoint writes (perf/checkpoint_s).
+    perf_mark = [time.perf_counter(), counters.env_steps, counters.updates]
+    first_update = True
     saved_at = counters.env_steps
     while counters.env_steps < t.total_env_steps:
         acted = source.collect()  # rows written to replay
@@ -241,7 +244,12 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
             if counters.update_budget >= 1.0:
                 run.normalizer.push(learner.networks())
             while counters.update_budget >= 1.0:
+                began = time.perf_counter()
                 metrics = learner.step(replay.sample(config.agent.batch_size, counters.updates))
+                if first_update:
+                    first_update, took = False, time.perf_counter() - began
+                    perf_mark[0] += took
+                    writer.scalars(counters.env_steps, {"perf/first_update_s": took})
                 learner.sync_policy(run.policy)  # the mirror copies the weights before it next acts
                 bad = nonfinite_metrics(metrics)
                 if bad:
@@ -274,14 +282,18 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
                 refresh=False,
             )
             writer.flush()
-            perf_mark = (time.perf_counter(), counters.env_steps, counters.updates)
+            perf_mark = [time.perf_counter(), counters.env_steps, counters.updates]
         if counters.env_steps >= next_ckpt or counters.env_steps >= t.total_env_steps or stop.requested:
             next_ckpt += t.checkpoint_every_env_steps
             if log_ and (counters.env_steps >= t.total_env_steps or stop.requested):
                 log_.write(writer, counters.env_steps)  # the last updates' partial window
             counters.wall_time_s = time.perf_counter() - started
             writer.flush()  # events up to this step are on disk before the checkpoint claims them
+            began = time.perf_counter()
             save_run_state(run.ckpt, run.counters, run.replay, run.policy, run.learner, run.normalizer)
+            took = time.perf_counter() - began
+            perf_mark[0] += took
+            writer.scalars(counters.env_steps, {"perf/checkpoint_s": took})
             saved_at = counters.env_steps
         if stop.requested:
             break

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 from hydra.core.global_hydra import GlobalHydra
 from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.util import tensor_util
 
 ROOT = Path(__file__).resolve().parents[1]
 # ``python -m scripts.train`` overrides for a run of seconds on the cue memory task.
@@ -40,6 +41,13 @@ def rdqn_batch(learner, batch_size: int, obs_dim: int, num_actions: int, seed: i
         "valid": np.ones((b, length), np.float32),
         "state": np.zeros((b, learner.state_dim), np.float32),
     }
+
+
+def tag_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of every scalar TensorBoard event of ``tag`` under ``run_dir/tb``, in file order."""
+    acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
 
 
 def event_steps(run_dir: Path, tag: str) -> list[int]:

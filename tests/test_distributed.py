@@ -16,8 +16,6 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
 import ray  # noqa: E402
-from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
-from tensorboard.util import tensor_util  # noqa: E402
 
 import agents.loop  # noqa: E402
 from agents.acting import RunnerConfig, with_training_envs  # noqa: E402
@@ -30,7 +28,7 @@ from envs import EnvConfig, describe_env, make_vec_env  # noqa: E402
 from envs.config import ConfigError  # noqa: E402
 from scripts.overrides import check  # noqa: E402
 from scripts.train import cli  # noqa: E402
-from tests.helpers import ROOT, TINY_TRAIN_OVERRIDES, event_tags  # noqa: E402
+from tests.helpers import ROOT, TINY_TRAIN_OVERRIDES, event_tags, tag_events  # noqa: E402
 
 BAD = [
     ("runner=foo", "runner=foo is invalid: allowed local|ray"),
@@ -142,14 +140,8 @@ def _capture_source(monkeypatch: pytest.MonkeyPatch) -> list:
     return made
 
 
-def _tag_events(run: Path, tag: str) -> list[tuple[int, float]]:
-    acc = event_accumulator.EventAccumulator(str(run / "tb"), size_guidance={"tensors": 0})
-    acc.Reload()
-    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
-
-
 def _tag_values(run: Path, tag: str) -> list[float]:
-    return [value for _, value in _tag_events(run, tag)]
+    return [value for _, value in tag_events(run, tag)]
 
 
 def test_ray_run_layout_counters_checkpoint_and_resume(local_ray, tiny_config, monkeypatch) -> None:
@@ -167,7 +159,7 @@ def test_ray_run_layout_counters_checkpoint_and_resume(local_ray, tiny_config, m
     assert max(_tag_values(run, "perf/queue_depth")) > 0
     # Episodes are logged at the env step they ended, not all at the end of their 40-step round:
     # steps of 4 (every env steps once per row), none before its own length allows.
-    ended = _tag_events(run, "charts/episode_length")
+    ended = tag_events(run, "charts/episode_length")
     assert len(ended) == summary["episodes"] and all(s % 4 == 0 and s >= 4 * n for s, n in ended)
     assert any(s % 40 for s, _ in ended) and [s for s, _ in ended] == sorted(s for s, _ in ended)
     # Worker i's envs are replay columns [2i, 2i + 2), seeded as the local runner seeds those columns.

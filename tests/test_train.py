@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from agents.config import Config
 from agents.loop import train
 from agents.metrics import PROGRESS_COLUMNS, read_progress
 from envs.config import ConfigError
-from tests.helpers import event_tags
+from tests.helpers import event_tags, tag_events
 
 TD_TAGS = ["td/mean", "td/abs_mean", "td/abs_max", "td/histogram", "td/by_position/t00-00"]
 
@@ -48,6 +49,39 @@ def test_smoke_run_writes_everything(tiny_config: Config) -> None:
     assert (run / "config.json").exists()
     # Which implementation ran is recorded: the summary and TensorBoard's text tab.
     assert set(saved["kernels"]) == {"recurrence", "dense", "reason"} and "run/kernels" in tags
+
+
+def test_perf_rates_leave_out_compile_and_checkpoint_writes(tiny_config: Config, monkeypatch) -> None:
+    """perf/env_steps_per_s is the steady rate: the first update (which traces and compiles) and
+    checkpoint writes are timed on their own and left out of it."""
+    import agents.loop
+    from agents.rdqn import RDQNLearner
+
+    pause, step, save = 3.0, RDQNLearner.step, agents.loop.save_run_state
+    calls = []
+
+    def slow_first_step(self, batch):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(pause)
+        return step(self, batch)
+
+    def slow_save(*args, **kwargs):
+        time.sleep(pause)
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(RDQNLearner, "step", slow_first_step)
+    monkeypatch.setattr(agents.loop, "save_run_state", slow_save)
+    train(tiny_config)
+    run = Path(tiny_config.run_dir)
+    # Windows of 200 env steps: the first holds the first update, the second follows the
+    # checkpoint at 200. Counting either pause would put its rate at or below 200 / pause.
+    rates = tag_events(run, "perf/env_steps_per_s")
+    assert [s for s, _ in rates] == [200, 400] and min(r for _, r in rates) > 200 / pause
+    assert [s for s, _ in tag_events(run, "perf/first_update_s")] == [100]
+    assert tag_events(run, "perf/first_update_s")[0][1] >= pause
+    checkpoints = tag_events(run, "perf/checkpoint_s")
+    assert [s for s, _ in checkpoints] == [200, 400] and min(v for _, v in checkpoints) >= pause
 
 
 def test_resume_continues_counters_and_refuses_to_clobber(tiny_config: Config) -> None:
