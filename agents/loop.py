@@ -222,7 +222,7 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
     # perf/* rates are steady-state: the window leaves out the first update's tracing and
     # compiling (logged once as perf/first_update_s) and checkpoint writes (perf/checkpoint_s).
     perf_mark = [time.perf_counter(), counters.env_steps, counters.updates]
-    first_update = True
+    compiled, first_update_s = False, None  # the process's first update traces and compiles
     saved_at = counters.env_steps
     while counters.env_steps < t.total_env_steps:
         acted = source.collect()  # rows written to replay
@@ -246,10 +246,9 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
             while counters.update_budget >= 1.0:
                 began = time.perf_counter()
                 metrics = learner.step(replay.sample(config.agent.batch_size, counters.updates))
-                if first_update:
-                    first_update, took = False, time.perf_counter() - began
-                    perf_mark[0] += took
-                    writer.scalars(counters.env_steps, {"perf/first_update_s": took})
+                if not compiled:
+                    compiled, first_update_s = True, time.perf_counter() - began
+                    perf_mark[0] += first_update_s
                 learner.sync_policy(run.policy)  # the mirror copies the weights before it next acts
                 bad = nonfinite_metrics(metrics)
                 if bad:
@@ -262,6 +261,9 @@ def _loop(run: _Run, evals: list[dict], stop: StopSignals) -> dict:
                 if counters.updates % t.log_every_updates == 0:
                     log_.write(writer, counters.env_steps)
             source.after_updates(counters)
+            if first_update_s is not None:  # logged after the updates, not inside one
+                writer.scalars(counters.env_steps, {"perf/first_update_s": first_update_s})
+                first_update_s = None
         if counters.env_steps >= next_eval or counters.env_steps >= t.total_env_steps:
             next_eval += config.eval.every_env_steps
             now = time.perf_counter()
