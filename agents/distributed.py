@@ -155,8 +155,7 @@ class ActingWorker:
             lengths += stats.lengths
             ends += [(k + 1) * self.total_envs] * len(stats.returns)
         block = {"rows": self.sink.take(), "obs": _stack(obs), "returns": returns, "lengths": lengths}
-        block["ends"] = ends
-        block.update(version=self.version, fresh=self.fresh, seconds=time.perf_counter() - start)
+        block.update(ends=ends, version=self.version, fresh=self.fresh, seconds=time.perf_counter() - start)
         self.fresh = False
         return block
 

@@ -43,18 +43,20 @@ def rdqn_batch(learner, batch_size: int, obs_dim: int, num_actions: int, seed: i
     }
 
 
-def tag_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    """``(step, value)`` of every scalar TensorBoard event of ``tag`` under ``run_dir/tb``, in file order."""
+def _events(run_dir: Path, tag: str) -> list:
     acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
     acc.Reload()
-    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+    return acc.Tensors(tag)
+
+
+def tag_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of every scalar TensorBoard event of ``tag`` under ``run_dir/tb``, in file order."""
+    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in _events(run_dir, tag)]
 
 
 def event_steps(run_dir: Path, tag: str) -> list[int]:
     """The steps of every TensorBoard event of ``tag`` under ``run_dir/tb``, in file order."""
-    acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
-    acc.Reload()
-    return [e.step for e in acc.Tensors(tag)]
+    return [e.step for e in _events(run_dir, tag)]
 
 
 def run_cli(capsys, args: list[str], run_dir: Path) -> tuple[int, str]:
