@@ -20,11 +20,16 @@ TINY_TRAIN_OVERRIDES = [
 ]  # fmt: skip
 
 
-def event_tags(run_dir: Path) -> set[str]:
-    """Every TensorBoard tag written under ``run_dir/tb``."""
+def _accumulator(run_dir: Path) -> event_accumulator.EventAccumulator:
+    """Every TensorBoard event under ``run_dir/tb``, loaded (all tensors kept)."""
     acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
     acc.Reload()
-    return set(acc.Tags()["tensors"])
+    return acc
+
+
+def event_tags(run_dir: Path) -> set[str]:
+    """Every TensorBoard tag written under ``run_dir/tb``."""
+    return set(_accumulator(run_dir).Tags()["tensors"])
 
 
 def rdqn_batch(learner, batch_size: int, obs_dim: int, num_actions: int, seed: int) -> dict[str, np.ndarray]:
@@ -43,20 +48,16 @@ def rdqn_batch(learner, batch_size: int, obs_dim: int, num_actions: int, seed: i
     }
 
 
-def _events(run_dir: Path, tag: str) -> list:
-    acc = event_accumulator.EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
-    acc.Reload()
-    return acc.Tensors(tag)
-
-
 def tag_events(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     """``(step, value)`` of every scalar TensorBoard event of ``tag`` under ``run_dir/tb``, in file order."""
-    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in _events(run_dir, tag)]
+    return [
+        (e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in _accumulator(run_dir).Tensors(tag)
+    ]
 
 
 def event_steps(run_dir: Path, tag: str) -> list[int]:
     """The steps of every TensorBoard event of ``tag`` under ``run_dir/tb``, in file order."""
-    return [e.step for e in _events(run_dir, tag)]
+    return [e.step for e in _accumulator(run_dir).Tensors(tag)]
 
 
 def run_cli(capsys, args: list[str], run_dir: Path) -> tuple[int, str]:
