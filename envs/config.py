@@ -26,6 +26,9 @@ class EnvConfig:
     # Standard preprocessing applied before the POMDP wrappers: none | atari (gymnasium's
     # AtariPreprocessing: 4-frame skip with max-pooling, 84x84 grayscale [84, 84, 1] uint8, up to 30
     # no-op starts; the base env must be made with frameskip=1). No frame stacking: the core remembers.
+    # | minigrid_onehot (MiniGrid's OneHotPartialObsWrapper: each cell's object, colour and state
+    # indices become 0/1 channels, [7, 7, 20] for the default view, instead of one ordinal value
+    # each, in which the goal (8) and lava (9) are neighbours; MiniGrid envs only).
     preprocessing: str = "none"
     # Keys of a Dict observation left out before encoding (e.g. MiniGrid's ``mission`` text).
     drop_keys: list[str] = field(default_factory=list)
@@ -50,7 +53,7 @@ class EnvConfig:
         check(self.num_envs >= 1, "env.num_envs", self.num_envs, "integers >= 1")
         check(finite(self.flicker) and 0 <= self.flicker < 1, "env.flicker", self.flicker, "[0, 1)")
         check(finite(self.obs_noise) and self.obs_noise >= 0, "env.obs_noise", self.obs_noise, ">= 0")
-        allowed = ("none", "atari")
+        allowed = ("none", "atari", "minigrid_onehot")
         check(self.preprocessing in allowed, "env.preprocessing", self.preprocessing, "|".join(allowed))
         success = self.success_return
         check(success is None or finite(success), "env.success_return", success, "a finite number or null")

@@ -125,6 +125,8 @@ def _wrap(env: gym.Env, config: EnvConfig) -> gym.Env:
         env = _atari(env, config)
         if config.max_episode_steps is not None:
             env = gym.wrappers.TimeLimit(env, int(config.max_episode_steps))
+    elif config.preprocessing == "minigrid_onehot":
+        env = _minigrid_onehot(env, config)
     env = _drop_keys(env, config)
     try:
         observation_leaves(env.observation_space)
@@ -159,6 +161,25 @@ def _atari(env: gym.Env, config: EnvConfig) -> gym.Env:
             f"env.preprocessing=atari cannot wrap {config.id}: {first} (make the env with "
             "env.kwargs.frameskip=1; install recurrl[atari])"
         ) from None
+
+
+def _minigrid_onehot(env: gym.Env, config: EnvConfig) -> gym.Env:
+    """MiniGrid's own one-hot view: ``image`` [H, W, 3] category indices -> [H, W, 20] 0/1 uint8."""
+    try:
+        from minigrid.minigrid_env import MiniGridEnv
+        from minigrid.wrappers import OneHotPartialObsWrapper
+    except ImportError:
+        raise ConfigError(
+            "env.preprocessing=minigrid_onehot needs MiniGrid: install recurrl[minigrid]; allowed none|atari"
+        ) from None
+    space = env.observation_space
+    view = space.spaces.get("image") if isinstance(space, gym.spaces.Dict) else None
+    if not isinstance(env.unwrapped, MiniGridEnv) or view is None or view.shape[-1:] != (3,):
+        raise ConfigError(
+            f"env.preprocessing=minigrid_onehot wraps MiniGrid envs (a Dict observation whose 'image' is "
+            f"[H, W, 3] cell indices); {config.id} has {_one_line(space)}: allowed none|atari"
+        )
+    return OneHotPartialObsWrapper(env)
 
 
 def _drop_keys(env: gym.Env, config: EnvConfig) -> gym.Env:

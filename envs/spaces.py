@@ -77,6 +77,20 @@ def one_line(space: gym.spaces.Space) -> str:
     return " ".join(str(space).split())
 
 
+def channels_first(shape: tuple[int, int, int]) -> bool:
+    """Whether a rank-3 image ``shape`` is ``[C, H, W]`` rather than ``[H, W, C]``.
+
+    A square pair of axes is the picture: ``[7, 7, 20]`` (a one-hot MiniGrid view) is HWC and
+    ``[4, 84, 84]`` CHW. Otherwise the channels are the smaller end axis (``[210, 160, 3]`` HWC,
+    ``[3, 210, 160]`` CHW).
+    """
+    if shape[0] == shape[1] != shape[2]:
+        return False
+    if shape[1] == shape[2] != shape[0]:
+        return True
+    return shape[0] < shape[2]
+
+
 def _leaf(name: str, path: tuple, space: gym.spaces.Space) -> Leaf:
     if isinstance(space, gym.spaces.Discrete):
         return Leaf(name, path, "discrete", (), "int64", (int(space.n),), (int(space.start),))
@@ -89,7 +103,7 @@ def _leaf(name: str, path: tuple, space: gym.spaces.Space) -> Leaf:
         shape, dtype = tuple(int(s) for s in space.shape), np.dtype(space.dtype)
         image = len(shape) == 3 or (len(shape) == 2 and dtype == np.uint8)
         if image:
-            first = len(shape) == 3 and shape[0] < shape[2]  # channels: the smaller end axis
+            first = len(shape) == 3 and channels_first(shape)
             return Leaf(name, path, "image", shape, dtype.name, channels_first=first)
         return Leaf(name, path, "vector", (int(np.prod(shape)),), "float32")
     where = f"observation leaf {name!r}" if path else "observation space"

@@ -119,6 +119,24 @@ def test_image_statistics_are_per_channel_and_the_torso_reads_hwc() -> None:
 
 
 @pytest.mark.parametrize(
+    ("shape", "first"),
+    [
+        ((7, 7, 3), False),
+        ((7, 7, 20), False),  # MiniGrid's one-hot view: more channels than rows
+        ((20, 7, 7), True),
+        ((84, 84, 1), False),
+        ((4, 84, 84), True),
+        ((210, 160, 3), False),
+        ((3, 210, 160), True),
+    ],
+)
+def test_image_channels_beside_a_square_pair_else_the_smaller_end(shape: tuple, first: bool) -> None:
+    (leaf,) = observation_leaves(gym.spaces.Box(0, 255, shape, np.uint8))
+    assert leaf.channels_first is first
+    assert leaf.image_shape == ((*shape[1:], shape[0]) if first else shape)
+
+
+@pytest.mark.parametrize(
     ("preset", "shape", "features"),
     [("minigrid", (7, 7, 3), 64), ("nature", (84, 84, 1), 3136), ("minigrid", (12, 10, 3), 3 * 2 * 64)],
 )

@@ -86,3 +86,57 @@ def test_dict_observation_settings_are_checked_with_one_line(overrides: dict, ne
     with pytest.raises(ConfigError) as info:
         make_env(EnvConfig(**{**config, **overrides}))
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def _normalised_views(config: EnvConfig, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """``steps`` images ``[N, 7, 7, C]`` of a random walk and the same normalised and clipped as the
+    encoder does with statistics over all of them."""
+    from agents.networks import NetworkConfig
+    from agents.normalizer import ObsNormalizer
+    from envs.spaces import observation_leaves
+
+    env = make_env(config, seed=0)
+    rng = np.random.default_rng(0)
+    images = []
+    for _ in range(steps):
+        obs, _, terminated, truncated, _ = env.step(int(rng.integers(3)))  # left, right, forward
+        images.append(obs["image"])
+        if terminated or truncated:
+            env.reset()
+    env.close()
+    images = np.stack(images)
+    normalizer = ObsNormalizer(observation_leaves(env.observation_space))
+    normalizer.update({"obs.image": images, "obs.direction": np.zeros(len(images), np.int64)})
+    moments = normalizer.moments["obs.image"]
+    clip = NetworkConfig().obs_clip
+    return images, np.clip((images - moments.mean) / moments.std, -clip, clip)
+
+
+def test_minigrid_onehot_gives_goal_and_lava_channels_of_their_own() -> None:
+    """MiniGrid's view holds category indices as one ordinal feature per cell: normalised as the
+    encoder does, the goal (8) and lava (9) of LavaGapS5 are neighbouring values at the top of the
+    object channel, at or near its clip. MiniGrid's one-hot view (env.preprocessing=minigrid_onehot)
+    gives each category a 0/1 channel of its own, the same walk cell for cell."""
+    from minigrid.core.constants import OBJECT_TO_IDX
+
+    goal, lava = OBJECT_TO_IDX["goal"], OBJECT_TO_IDX["lava"]
+    base = {"id": "minigrid:MiniGrid-LavaGapS5-v0", "drop_keys": ["mission"], "max_episode_steps": 100}
+    images, normed = _normalised_views(EnvConfig(**base), 400)
+    objects = images[..., 0]
+    goal_value, lava_value = normed[..., 0][objects == goal], normed[..., 0][objects == lava]
+    assert goal_value.size and lava_value.size
+    assert 0 < lava_value[0] - goal_value[0] < 1 and lava_value[0] > 4  # one feature, half a std apart
+
+    onehot, normed = _normalised_views(EnvConfig(**base, preprocessing="minigrid_onehot"), 400)
+    assert onehot.shape[1:] == (7, 7, 20) and onehot.dtype == np.uint8
+    assert np.array_equal(onehot[..., :11].argmax(-1), objects)  # the same walk, one-hot
+    assert set(np.unique(onehot)) == {0, 1}
+    goal_cell, lava_cell = normed[onehot[..., goal] == 1][0], normed[onehot[..., lava] == 1][0]
+    assert goal_cell[goal] > 0 > goal_cell[lava] and lava_cell[lava] > 0 > lava_cell[goal]
+
+
+def test_minigrid_onehot_refuses_other_envs_with_one_line() -> None:
+    with pytest.raises(ConfigError) as info:
+        make_env(EnvConfig(id="CartPole-v1", preprocessing="minigrid_onehot"))
+    message = str(info.value)
+    assert message.startswith("env.preprocessing=minigrid_onehot wraps MiniGrid envs") and "\n" not in message
