@@ -20,6 +20,8 @@ observation is not one flat vector (a Dict, Tuple, image or discrete space) take
 observation leaf instead of ``observation``: the signature's inputs are named after the leaves
 with dots as underscores (``obs_image``, ``obs_direction``), each ``[B, *shape]`` in its own dtype;
 the function attribute takes them as a dict ``{"obs.image": ..., "obs.direction": ...}``.
+Observations are those the run's env config gives, after its wrappers (``env.mask_obs``,
+``env.preprocessing``: Atari frames, MiniGrid's one-hot view): apply the same outside recurrl.
 """
 
 from __future__ import annotations
