@@ -54,7 +54,7 @@ CASES = [
     ("resume=/nonexistent/run", "resume='/nonexistent/run' holds no run"),
     ("replay.capacity=100000000000", "replay.capacity=100000000000 is invalid: allowed at most"),
     ("env.drop_keys=[a]", "env.drop_keys=['a'] needs a Dict observation"),
-    ("env.preprocessing=foo", "env.preprocessing='foo' is invalid: allowed none|atari"),
+    ("env.preprocessing=foo", "env.preprocessing='foo' is invalid: allowed none|atari|minigrid_onehot"),
     ("network.encoder=cnn", "network.encoder='cnn' is invalid: allowed auto|flat"),
     ("network.cnn=resnet", "network.cnn='resnet' is invalid: allowed minigrid|nature"),
     ("network.cnn_kernels=[3]", "network.cnn_channels=[] is invalid: allowed 1 integers >= 1"),
