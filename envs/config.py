@@ -6,6 +6,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+# Values of EnvConfig.preprocessing.
+PREPROCESSING = ("none", "atari", "minigrid_onehot")
+
 
 @dataclass
 class EnvConfig:
@@ -53,8 +56,8 @@ class EnvConfig:
         check(self.num_envs >= 1, "env.num_envs", self.num_envs, "integers >= 1")
         check(finite(self.flicker) and 0 <= self.flicker < 1, "env.flicker", self.flicker, "[0, 1)")
         check(finite(self.obs_noise) and self.obs_noise >= 0, "env.obs_noise", self.obs_noise, ">= 0")
-        allowed = ("none", "atari", "minigrid_onehot")
-        check(self.preprocessing in allowed, "env.preprocessing", self.preprocessing, "|".join(allowed))
+        allowed = "|".join(PREPROCESSING)
+        check(self.preprocessing in PREPROCESSING, "env.preprocessing", self.preprocessing, allowed)
         success = self.success_return
         check(success is None or finite(success), "env.success_return", success, "a finite number or null")
 

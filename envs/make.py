@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs import faults, memory
-from envs.config import ConfigError, EnvConfig
+from envs.config import PREPROCESSING, ConfigError, EnvConfig
 from envs.spaces import Observation, observation_leaves, vector_observation
 from envs.spaces import one_line as _one_line
 from envs.wrappers import (
@@ -165,19 +165,20 @@ def _atari(env: gym.Env, config: EnvConfig) -> gym.Env:
 
 def _minigrid_onehot(env: gym.Env, config: EnvConfig) -> gym.Env:
     """MiniGrid's own one-hot view: ``image`` [H, W, 3] category indices -> [H, W, 20] 0/1 uint8."""
+    others = "|".join(p for p in PREPROCESSING if p != "minigrid_onehot")
     try:
         from minigrid.minigrid_env import MiniGridEnv
         from minigrid.wrappers import OneHotPartialObsWrapper
     except ImportError:
         raise ConfigError(
-            "env.preprocessing=minigrid_onehot needs MiniGrid: install recurrl[minigrid]; allowed none|atari"
+            f"env.preprocessing=minigrid_onehot needs MiniGrid: install recurrl[minigrid]; allowed {others}"
         ) from None
     space = env.observation_space
     view = space.spaces.get("image") if isinstance(space, gym.spaces.Dict) else None
     if not isinstance(env.unwrapped, MiniGridEnv) or view is None or view.shape[-1:] != (3,):
         raise ConfigError(
             f"env.preprocessing=minigrid_onehot wraps MiniGrid envs (a Dict observation whose 'image' is "
-            f"[H, W, 3] cell indices); {config.id} has {_one_line(space)}: allowed none|atari"
+            f"[H, W, 3] cell indices); {config.id} has {_one_line(space)}: allowed {others}"
         )
     return OneHotPartialObsWrapper(env)
 

@@ -106,7 +106,7 @@ def _normalised_views(config: EnvConfig, steps: int) -> tuple[np.ndarray, np.nda
     env.close()
     images = np.stack(images)
     normalizer = ObsNormalizer(observation_leaves(env.observation_space))
-    normalizer.update({"obs.image": images, "obs.direction": np.zeros(len(images), np.int64)})
+    normalizer.update({"obs.image": images})  # the only leaf it normalises
     moments = normalizer.moments["obs.image"]
     clip = NetworkConfig().obs_clip
     return images, np.clip((images - moments.mean) / moments.std, -clip, clip)
