@@ -220,6 +220,7 @@ FROZEN_ON_RESUME = (
     "agent.name",
     "agent.twin_critics",
     "agent.twin_q",
+    "agent.reward_head",
     "agent.average_tau",
     "agent.shared_core",
     "seed",

@@ -116,8 +116,9 @@ class RecurrentNetwork(keras.Model):
         """``observation``: the env's leaves (an int ``F``: one flat vector input ``[B, T, F]``);
         ``extras_dim``: width of the ``extras`` input (network.inputs); ``normalize``: scale vector
         and image leaves by running statistics (agents/normalizer.py); ``heads``: output heads on
-        the shared torso (2 for clipped double Q). The network's output (``call``, ``unroll``,
-        acting, export) is the first head's; ``unroll_segments(all_heads=True)`` gives them all."""
+        the shared torso (2 for clipped double Q, or for rdqn's reward-prediction head). The
+        network's output (``call``, ``unroll``, acting, export) is the first head's;
+        ``unroll_segments(all_heads=True)`` gives them all."""
         super().__init__(name=name)
         if config.cell not in CELLS:
             raise ValueError(f"unknown cell {config.cell!r}")
@@ -134,7 +135,8 @@ class RecurrentNetwork(keras.Model):
         self.value_head = keras.layers.Dense(1, name="value_head") if config.dueling else None
         if heads not in (1, 2):
             raise ValueError(f"heads must be 1 or 2, got {heads}")
-        # The second head (and its value stream) of a twin Q-network: same torso, own weights.
+        # The second head (and its value stream): same torso, own weights. Clipped double Q's twin,
+        # or rdqn's reward predictor (agent.reward_head); the layer names stay "twin_*" either way.
         self.twin_head = (
             keras.layers.Dense(output_dim, activation=output_activation, name="twin_head")
             if heads == 2
@@ -159,7 +161,7 @@ class RecurrentNetwork(keras.Model):
 
     @property
     def heads(self) -> int:
-        """Number of output heads (1, or 2 for a twin Q-network)."""
+        """Number of output heads (1, or 2 with a twin Q head or a reward-prediction head)."""
         return 1 if self.twin_head is None else 2
 
     @property

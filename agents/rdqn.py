@@ -85,6 +85,15 @@ class RDQNConfig:
     # that a max over noisy values compounds through a long discount. Acting, evaluation and export
     # use the first head.
     twin_q: bool = False
+    # Auxiliary reward prediction (as UNREAL's, Jaderberg et al. 2017), >= 0: a second head on the
+    # shared torso learns the immediate reward of the action taken, E[r_t | history, a_t] (a Q
+    # head with a discount of 0), and the loss gains this weight times its Huber loss. Its gradient
+    # trains the recurrent state toward what the next reward depends on, whatever the discount of
+    # the head that acts: where an action decides only its own step's reward (popgym CountRecall),
+    # a long discount buries that in bootstrapped value; this head sees it alone. Acting,
+    # evaluation and export use the first head. Logged as losses/reward_head. Not with twin_q
+    # (both use the second head). 0 = off.
+    reward_head: float = 0.0
     # Huber loss threshold on the TD error.
     huber_delta: float = 1.0
     # Global gradient-norm clip.
@@ -136,6 +145,13 @@ class RDQNConfig:
         check(finite(anchor) and anchor >= 0, "agent.target_anchor", anchor, ">= 0 (0 = off)")
         which = self.target_anchor_actions
         check(which in ("all", "others"), "agent.target_anchor_actions", which, "all|others")
+        weight = self.reward_head
+        check(finite(weight) and weight >= 0, "agent.reward_head", weight, ">= 0 (0 = off)")
+        if weight and self.twin_q:
+            raise ConfigError(
+                f"agent.reward_head={weight} needs the second Q head that agent.twin_q=true takes: "
+                "allowed 0 with agent.twin_q=true"
+            )
         every = self.staleness_every
         check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 
@@ -196,7 +212,9 @@ class RDQNLearner:
         # Per-step inputs: the observation leaves, and extras (the one-hot previous action and the
         # previous reward) if network.inputs asks for them.
         self.extras_dim = extras_width(num_actions, self.inputs)
-        kw = {"extras_dim": self.extras_dim, "normalize": True, "heads": 2 if config.twin_q else 1}
+        # The second head: the twin of clipped double Q, or the reward predictor.
+        two = config.twin_q or bool(config.reward_head)
+        kw = {"extras_dim": self.extras_dim, "normalize": True, "heads": 2 if two else 1}
         self.online_q = RecurrentNetwork(network, self.observation, num_actions, name="online_q", **kw)
         self.target_q = RecurrentNetwork(network, self.observation, num_actions, name="target_q", **kw)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
@@ -331,7 +349,7 @@ class RDQNLearner:
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length
-        twin = cfg.twin_q
+        twin, aux = cfg.twin_q, bool(cfg.reward_head)
         obs, first = {k: batch[k] for k in self.input_keys}, batch["first"]
         state = split_state(batch["state"], self.online_q.state_sizes)
         # [B, L, A]; with twin heads [B, L, 2, A]
@@ -345,9 +363,12 @@ class RDQNLearner:
             # so no backward runs over the burn-in or the tail.
             stop = None if cfg.double_q else bi + tl  # without double Q no tail is needed
             segments, _ = self.online_q.unroll_segments(
-                time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl), all_heads=twin
+                time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl), all_heads=twin or aux
             )
             q_trace, q_tail = segments[1], segments[2]
+            if aux:  # [B, T, 2, A] -> the acting head's Q and the reward head's predictions
+                reward_pred, q_trace = q_trace[:, :, 1], q_trace[:, :, 0]
+                q_tail = None if q_tail is None else q_tail[:, :, 0]
             if twin:  # every head's value of the action taken: [B, T, 2]
                 q_taken = tf.gather(q_trace, tf.stack([action, action], axis=2), batch_dims=3)
             else:
@@ -396,6 +417,11 @@ class RDQNLearner:
                 drift = tf.reduce_mean(drift, axis=[2, 3] if twin else 2)  # over heads and actions
                 per_step = per_step + cfg.target_anchor * drift
                 anchor_mean = masked_mean(drift, mask)
+            if aux:  # the reward head's error on the action taken, in reward units: [B, T]
+                reward_error = batch["reward"][:, bi : bi + tl] - tf.gather(reward_pred, action, batch_dims=2)
+                reward_step = huber(reward_error, cfg.huber_delta)
+                per_step = per_step + cfg.reward_head * reward_step
+                reward_mean = masked_mean(reward_step, mask)
             if self.importance_weights:  # prioritized replay: correct the sampling bias per sequence
                 per_step = per_step * batch["weight"][:, None]
             loss = masked_mean(per_step, mask)
@@ -418,6 +444,8 @@ class RDQNLearner:
         }
         if cfg.target_anchor:
             metrics["anchor"] = anchor_mean
+        if aux:
+            metrics["reward_head"] = reward_mean
         return metrics
 
 

@@ -113,6 +113,7 @@ def test_overrides_on_resume_restating_the_run_are_accepted_frozen_keys_refused(
         ("replay.capacity=8000", "replay.capacity"),
         ("seed=3", "seed"),
         ("agent.twin_q=true", "agent.twin_q"),
+        ("agent.reward_head=1.0", "agent.reward_head"),
         ("agent.average_tau=0.01", "agent.average_tau"),
         ("agent=rddpg", "agent=rddpg"),
         ("env=cartpole_p", "env=cartpole_p"),

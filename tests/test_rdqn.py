@@ -181,6 +181,47 @@ def test_target_anchor_adds_the_actions_squared_drift_from_the_target(which: str
         RDQNConfig(target_anchor_actions="taken").validate()
 
 
+def test_reward_head_predicts_the_immediate_reward_beside_an_unchanged_td_loss() -> None:
+    """The second head's Huber error on the reward of the action taken joins the loss with its
+    weight; the first head's TD errors are those of the same network without it; acting follows the
+    first head; repeated steps on one batch shrink the prediction error."""
+    cfg = RDQNConfig(batch_size=4, n_step=2, lr=0.01)
+    net = NetworkConfig(units=8, pre_layers=[8], dueling=True, backend="graph")
+    aux = RDQNLearner(dataclasses.replace(cfg, reward_head=0.5), net, 3, 3, 1, 3)
+    plain = RDQNLearner(cfg, net, 3, 3, 1, 3)
+    assert aux.online_q.heads == 2 and plain.online_q.heads == 1
+    for src, dst in ((aux.online_q, plain.online_q), (aux.target_q, plain.target_q)):
+        by_path = {v.path: v for v in src.variables}
+        for v in dst.variables:
+            if "seed_generator" not in v.path:  # Keras' dropout seed, its own per network
+                v.assign(by_path[v.path])
+    batch = rdqn_batch(plain, 4, 3, 3, seed=8)
+    batch["reward"] = np.float32([1.0, -1.0, 0.5])[batch["action"]]  # a function of the action taken
+    zero, first = aux.online_q.initial_state(4), tf.constant(batch["first"])
+    (q_all,), _ = aux.online_q.unroll_segments(tf.constant(batch["obs"]), zero, first, (), all_heads=True)
+    predicted = np.take_along_axis(q_all.numpy()[:, 1:4, 1], batch["action"][:, 1:4, None], axis=-1)[..., 0]
+    error = np.abs(batch["reward"][:, 1:4] - predicted)
+    huber = np.where(error <= 1.0, 0.5 * error**2, error - 0.5)  # agent.huber_delta = 1
+    want = huber.mean()  # every row valid
+    out, base = aux.step(batch), plain.step(batch)
+    np.testing.assert_allclose(out["reward_head"], want, rtol=1e-4)
+    np.testing.assert_allclose(out["loss"], base["loss"] + 0.5 * want, rtol=1e-4)
+    np.testing.assert_allclose(out["td_error"], base["td_error"], atol=1e-6)
+    assert "reward_head" not in base
+    mirror = NumpyNetwork(aux.online_q)
+    acted, _ = mirror.step(batch["obs"][:, 0], mirror.initial_state(4))
+    step_one = tf.constant(batch["obs"][:, :1])
+    (q_new,), _ = aux.online_q.unroll_segments(step_one, zero, first[:, :1], (), all_heads=True)
+    np.testing.assert_allclose(acted, q_new.numpy()[:, 0, 0], atol=1e-5)
+    for _ in range(50):
+        last = aux.step(batch)["reward_head"]
+    assert last < 0.2 * want
+    with pytest.raises(ConfigError, match=r"^agent.reward_head"):
+        RDQNConfig(reward_head=-1.0).validate()
+    with pytest.raises(ConfigError, match=r"^agent.reward_head=1.0 .*agent.twin_q"):
+        RDQNConfig(reward_head=1.0, twin_q=True).validate()
+
+
 def test_td_lambda_learner_at_lambda_0_and_1_matches_the_one_and_n_step_learners() -> None:
     """lambda = 0 trains on one-step targets whatever the window; lambda = 1 gives the last trace step
     the n-step target and earlier steps longer returns."""
