@@ -191,10 +191,9 @@ def test_reward_head_predicts_the_immediate_reward_beside_an_unchanged_td_loss()
     plain = RDQNLearner(cfg, net, 3, 3, 1, 3)
     assert aux.online_q.heads == 2 and plain.online_q.heads == 1
     for src, dst in ((aux.online_q, plain.online_q), (aux.target_q, plain.target_q)):
-        by_path = {v.path: v for v in src.variables}
-        for v in dst.variables:
-            if "seed_generator" not in v.path:  # Keras' dropout seed, its own per network
-                v.assign(by_path[v.path])
+        by_path = {v.path: v for v in src.trainable_variables}  # the input statistics start equal
+        for v in dst.trainable_variables:
+            v.assign(by_path[v.path])
     batch = rdqn_batch(plain, 4, 3, 3, seed=8)
     batch["reward"] = np.float32([1.0, -1.0, 0.5])[batch["action"]]  # a function of the action taken
     zero, first = aux.online_q.initial_state(4), tf.constant(batch["first"])
