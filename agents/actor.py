@@ -43,6 +43,10 @@ class Policy(Protocol):
         """Envs (``[E]`` bool) whose next step starts an episode (e.g. to restart OU noise)."""
         ...
 
+    def episode_end(self, envs: np.ndarray, returns: np.ndarray) -> None:
+        """Training episodes that ended: env indices ``[K]`` and their returns ``[K]``."""
+        ...
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Exploration state to checkpoint besides ``rng``."""
         ...
@@ -131,6 +135,8 @@ class Actor:
             stats.lengths.append(int(self.ep_length[i]))
             stats.envs.append(int(i))
             self.ep_return[i], self.ep_length[i] = 0.0, 0
+        if explore and stats.envs:
+            self.policy.episode_end(np.asarray(stats.envs), np.asarray(stats.returns))
         self.first = self.final_row.astype(np.float32)  # after a final row comes a reset obs
         self.final_row = ended
         if self.discrete:

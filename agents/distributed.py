@@ -146,7 +146,8 @@ class ActingWorker:
             self.version = update["version"]
             self.counters.env_steps = max(self.counters.env_steps, int(update["env_steps"]))
         start = time.perf_counter()
-        obs, returns, lengths, ends = [], [], [], []
+        obs, returns, lengths, ends, heads = [], [], [], [], []
+        bandit = getattr(self.policy, "bandit", None) is not None
         for k in range(self.rows):
             stats = self.actor.step(explore=True)
             self.counters.env_steps += self.total_envs  # the other workers step alongside
@@ -154,7 +155,10 @@ class ActingWorker:
             returns += stats.returns
             lengths += stats.lengths
             ends += [(k + 1) * self.total_envs] * len(stats.returns)
+            if bandit:  # the head each finished episode acted with (chosen again at the next step)
+                heads += [int(self.policy.arms[i]) for i in stats.envs]
         block = {"rows": self.sink.take(), "obs": _stack(obs), "returns": returns, "lengths": lengths}
+        block["heads"] = heads
         block.update(ends=ends, version=self.version, fresh=self.fresh, seconds=time.perf_counter() - start)
         self.fresh = False
         return block
@@ -266,6 +270,10 @@ class RaySource:
             self.rates.append(len(block["rows"]["reward"]) * self.e / max(block["seconds"], 1e-9))
             self.lags.append(self.counters.updates - block["version"])
         written = write_round(self.replay, [b["rows"] for b in blocks])
+        bandit = getattr(self.policy, "bandit", None)
+        if bandit is not None:  # each worker picks its own heads; greedy acting here uses all of them
+            for b in blocks:
+                bandit.record(np.asarray(b["heads"], np.int64), np.asarray(b["returns"]))
         reward = _flat(np.concatenate([b["rows"]["reward"] for b in blocks], axis=1))
         # The round's episodes in the order they ended, each at the round's step it ended at.
         ended = sorted(

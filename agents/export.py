@@ -56,6 +56,8 @@ class PolicyModule(tf.Module):
                 "(the previous reward is not an input of step)"
             )
         self.net = saved.learner.eval_network(saved.network_name(network))
+        # The output head greedy acting uses: 0 but for rdqn's agent.acting_head reward or bandit.
+        self.head = int(getattr(saved.policy, "greedy_head", lambda: 0)())
         self.discrete = saved.spec.discrete
         self.num_actions = saved.spec.num_actions
         self.observation = saved.spec.observation
@@ -95,8 +97,12 @@ class PolicyModule(tf.Module):
             x["extras"] = state[:, None, start:]
         first = tf.zeros(tf.stack([tf.shape(state)[0], 1]), tf.float32)
         if self.discrete:
-            q, new_state = self.net.unroll(x, tuple(parts), first)
-            q = q[:, 0]
+            if self.head:
+                (q,), new_state = self.net.unroll_segments(x, tuple(parts), first, (), all_heads=True)
+                q = q[:, 0, self.head]
+            else:
+                q, new_state = self.net.unroll(x, tuple(parts), first)
+                q = q[:, 0]
             action = tf.argmax(q, axis=-1, output_type=tf.int32)  # [B] the agent's index
             taken = tf.one_hot(action, self.num_actions)
             if self.nvec is not None:  # [B, D] the env's MultiDiscrete action

@@ -117,8 +117,8 @@ class RecurrentNetwork(keras.Model):
         ``extras_dim``: width of the ``extras`` input (network.inputs); ``normalize``: scale vector
         and image leaves by running statistics (agents/normalizer.py); ``heads``: output heads on
         the shared torso (2 for clipped double Q, or for rdqn's reward-prediction head). The
-        network's output (``call``, ``unroll``, acting, export) is the first head's;
-        ``unroll_segments(all_heads=True)`` gives them all."""
+        network's output (``call``, ``unroll``) is the first head's; ``unroll_segments(all_heads=True)``
+        gives them all (acting and export pick one by rdqn's ``agent.acting_head``)."""
         super().__init__(name=name)
         if config.cell not in CELLS:
             raise ValueError(f"unknown cell {config.cell!r}")
@@ -295,27 +295,43 @@ class NumpyNetwork:
         self.head = dense(self.network.head)
         value_head = getattr(self.network, "value_head", None)
         self.value_head = dense(value_head) if value_head is not None else None
+        twin = getattr(self.network, "twin_head", None)  # the second head, if any, and its value stream
+        twin_value = getattr(self.network, "twin_value_head", None)
+        self.twin_head = dense(twin) if twin is not None else None
+        self.twin_value_head = dense(twin_value) if twin_value is not None else None
 
     def initial_state(self, batch_size: int) -> tuple[np.ndarray, ...]:
         """Zero state: tuple of ``[B, U]`` float32 arrays."""
         return tuple(np.zeros((batch_size, s), np.float32) for s in self.state_sizes)
 
     def step(
-        self, x: dict[str, np.ndarray] | np.ndarray, state: tuple[np.ndarray, ...]
+        self,
+        x: dict[str, np.ndarray] | np.ndarray,
+        state: tuple[np.ndarray, ...],
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """Leaves ``[B, ...]`` (an array ``[B, F]`` for one flat leaf) and ``extras`` ``[B, X]`` ->
-        outputs ``[B, O]`` and the next state."""
+        outputs ``[B, O]`` and the next state. ``head`` ``[B]`` (0 or 1) picks each row's output
+        head on a two-headed network; ``None``: the first head for every row."""
         if self._stale:
             self._pull()
         x, state = numpy_core_step(self.cell, self.core, self.encoder.step(x), state, self.reset_after)
         for weights in self.post:
             x = numpy_dense_relu_step(weights, x)
-        w, b = self.head
-        out = x @ w + b
-        if self.value_head is not None:
-            out = (x @ self.value_head[0] + self.value_head[1]) + (out - out.mean(axis=-1, keepdims=True))
+        out = self._head(x, self.head, self.value_head)
+        if head is not None and self.twin_head is not None and np.any(head):
+            second = self._head(x, self.twin_head, self.twin_value_head)
+            out = np.where(np.asarray(head)[:, None] == 1, second, out)
         if self.activation == "tanh":
             out = np.tanh(out)
         elif self.activation != "linear":
             raise ValueError(f"unsupported head activation {self.activation}")
         return out.astype(np.float32, copy=False), state
+
+    @staticmethod
+    def _head(x: np.ndarray, head: tuple, value_head: tuple | None) -> np.ndarray:
+        """``[B, U]`` torso output -> ``[B, O]`` of one head (dueling: value + advantage - mean)."""
+        out = x @ head[0] + head[1]
+        if value_head is not None:
+            out = (x @ value_head[0] + value_head[1]) + (out - out.mean(axis=-1, keepdims=True))
+        return out

@@ -98,12 +98,80 @@ class Noise(Protocol):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
 
+class HeadBandit:
+    """Which output head each env acts with, one choice per episode: Agent57's meta-controller
+    (Badia et al. 2020), a sliding-window UCB over the undiscounted returns of the last ``window``
+    training episodes, each credited to the head that acted in it.
+
+    At each episode start an env takes a uniformly random head with probability ``explore``, else
+    the head of highest ``mean_k + beta * spread * sqrt(1 / n_k)`` over the window (a head absent
+    from the window first). ``spread`` is the window's return range, so one ``beta`` serves a task
+    whose returns span 500 and one whose returns span 2. Greedy evaluation and export act with
+    :meth:`best`, the head of highest windowed mean return.
+    """
+
+    def __init__(self, heads: int, window: int, beta: float, explore: float) -> None:
+        self.heads, self.window, self.beta, self.explore = heads, window, beta, explore
+        self.arm_history = np.zeros(0, np.int64)  # [N <= window] head of each finished episode
+        self.return_history = np.zeros(0, np.float64)  # [N] its return
+
+    def record(self, arms: np.ndarray, returns: np.ndarray) -> None:
+        """Finished episodes: the head ``[K]`` each acted with and its return ``[K]``."""
+        self.arm_history = np.concatenate([self.arm_history, np.asarray(arms, np.int64)])[-self.window :]
+        self.return_history = np.concatenate([self.return_history, np.asarray(returns, np.float64)])[
+            -self.window :
+        ]
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        """Windowed mean return ``[H]`` (NaN for a head absent from the window) and count ``[H]``."""
+        counts = np.bincount(self.arm_history, minlength=self.heads).astype(np.float64)
+        sums = np.bincount(self.arm_history, weights=self.return_history, minlength=self.heads)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, sums / counts, np.nan), counts
+
+    def choose(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Heads ``[n]`` for ``n`` episodes starting now (the acting policy's ``rng``)."""
+        means, counts = self.means()
+        if (counts == 0).any():
+            greedy = int(np.flatnonzero(counts == 0)[0])
+        else:
+            spread = float(np.ptp(self.return_history)) or 1.0
+            greedy = int(np.argmax(means + self.beta * spread * np.sqrt(1.0 / counts)))
+        random = rng.random(n) < self.explore
+        return np.where(random, rng.integers(0, self.heads, n), greedy).astype(np.int64)
+
+    def best(self) -> int:
+        """The head of highest windowed mean return (the first head while the window is empty)."""
+        means, counts = self.means()
+        return int(np.nanargmax(means)) if counts.any() else 0
+
+    def scalars(self) -> dict[str, float]:
+        """Per-head windowed mean return and share of the window's episodes, and the best head."""
+        means, counts = self.means()
+        out = {"charts/bandit_best_head": float(self.best())}
+        for k in range(self.heads):
+            out[f"charts/bandit_head{k}_return"] = float(means[k])
+            out[f"charts/bandit_head{k}_share"] = float(counts[k] / max(counts.sum(), 1.0))
+        return out
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"bandit_arms": self.arm_history.copy(), "bandit_returns": self.return_history.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.arm_history = np.asarray(state["bandit_arms"], np.int64).copy()
+        self.return_history = np.asarray(state["bandit_returns"], np.float64).copy()
+
+
 class EpsilonGreedy:
     """Batched epsilon-greedy over a numpy Q-network: observation leaves ``[E, ...]`` -> ``[E]``
     int actions.
 
     ``inputs`` (``network.inputs``) adds the one-hot previous action ``[E, A]`` and/or the
     previous reward ``[E]`` as extra inputs, as the learner does from replay.
+
+    On a two-headed network ``head`` picks the head that acts: 0 (the Q head), 1 (the second head)
+    or ``"bandit"``, where a :class:`HeadBandit` picks one per env per training episode and greedy
+    acting uses its best head.
     """
 
     def __init__(
@@ -113,12 +181,31 @@ class EpsilonGreedy:
         epsilon: Callable[[], float],
         seed: int,
         inputs: Sequence[str] = (),
+        head: int | str = 0,
+        bandit: HeadBandit | None = None,
     ) -> None:
         self.net = net
         self.num_actions = num_actions
         self.epsilon = epsilon
         self.inputs = list(inputs)
         self.rng = np.random.default_rng(seed)
+        self.head, self.bandit = head, bandit
+        self.arms = np.zeros(0, np.int64)  # [E] the head each env's current training episode acts with
+
+    def greedy_head(self) -> int:
+        """The head greedy acting (evaluation, export) uses."""
+        return self.bandit.best() if self.bandit is not None else int(self.head)
+
+    def _heads(self, n: int, explore: bool) -> np.ndarray | None:
+        """``[n]`` head per env, or ``None`` for the first head everywhere."""
+        if self.bandit is None:
+            return None if self.head == 0 else np.full(n, int(self.head), np.int64)
+        if not explore:
+            best = self.greedy_head()
+            return None if best == 0 else np.full(n, best, np.int64)
+        if len(self.arms) != n:  # first call: every env starts an episode
+            self.arms = self.bandit.choose(n, self.rng)
+        return self.arms
 
     def act(
         self,
@@ -128,7 +215,9 @@ class EpsilonGreedy:
         state: NpState,
         explore: bool,
     ) -> tuple[np.ndarray, NpState]:
-        q, state = self.net.step(network_inputs(obs, prev_action, prev_reward, self.inputs, None), state)
+        x = network_inputs(obs, prev_action, prev_reward, self.inputs, None)
+        heads = self._heads(len(prev_reward), explore)
+        q, state = self.net.step(x, state) if heads is None else self.net.step(x, state, heads)
         action = q.argmax(axis=1).astype(np.int32)
         if explore:
             eps = self.epsilon()
@@ -137,13 +226,26 @@ class EpsilonGreedy:
         return action.astype(np.int32), state
 
     def episode_start(self, envs: np.ndarray) -> None:
-        """Epsilon-greedy keeps no per-episode exploration state."""
+        """Envs (``[E]`` bool) starting a training episode: with the bandit, each picks its head."""
+        if self.bandit is not None and len(self.arms) == len(envs) and envs.any():
+            self.arms[envs] = self.bandit.choose(int(envs.sum()), self.rng)
+
+    def episode_end(self, envs: np.ndarray, returns: np.ndarray) -> None:
+        """Training episodes that ended: env indices ``[K]`` and returns ``[K]``, credited to the
+        head each acted with."""
+        if self.bandit is not None and len(self.arms) and len(envs):
+            self.bandit.record(self.arms[np.asarray(envs)], returns)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {}
+        if self.bandit is None:
+            return {}
+        return {**self.bandit.state_dict(), "bandit_env_heads": self.arms.copy()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Nothing besides ``rng`` to restore."""
+        """The bandit's window and each env's current head (``rng`` is restored by the caller)."""
+        if self.bandit is not None and "bandit_arms" in state:
+            self.bandit.load_state_dict(state)
+            self.arms = np.asarray(state["bandit_env_heads"], np.int64).copy()
 
 
 class DeterministicPolicy:
@@ -175,6 +277,9 @@ class DeterministicPolicy:
     def episode_start(self, envs: np.ndarray) -> None:
         """Envs (``[E]`` bool) whose next step starts an episode: restart their noise process."""
         self.noise.reset(envs)
+
+    def episode_end(self, envs: np.ndarray, returns: np.ndarray) -> None:
+        """Nothing is credited to finished episodes."""
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Exploration state a checkpoint must hold besides the rng (the OU process)."""

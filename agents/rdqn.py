@@ -22,7 +22,7 @@ from agents.networks import (
     time_slice,
 )
 from agents.optim import FusedAdam
-from agents.policies import EpsilonGreedy, extra_features, extras_width
+from agents.policies import EpsilonGreedy, HeadBandit, extra_features, extras_width
 from agents.returns import huber, masked_mean, rescale, td_targets, unrescale
 from agents.target import TargetUpdater
 from envs.config import ConfigError, EnvConfig, check, finite
@@ -91,9 +91,23 @@ class RDQNConfig:
     # trains the recurrent state toward what the next reward depends on, whatever the discount of
     # the head that acts: where an action decides only its own step's reward (popgym CountRecall),
     # a long discount buries that in bootstrapped value; this head sees it alone. Acting,
-    # evaluation and export use the first head. Logged as losses/reward_head. Not with twin_q
-    # (both use the second head). 0 = off.
+    # evaluation and export use the first head unless acting_head says otherwise. Logged as
+    # losses/reward_head. Not with twin_q (both use the second head). 0 = off.
     reward_head: float = 0.0
+    # Which head acts, in training and greedy evaluation and export: q (the Q head), reward (the
+    # reward head: the myopic policy argmax_a E[r_t | history, a]), or bandit: Agent57's
+    # meta-controller (Badia et al. 2020) picks one of the two per env per training episode by a
+    # sliding-window UCB over the returns each head's episodes earned, and greedy acting uses the
+    # head of highest windowed mean return. Where the best discount differs between tasks (an
+    # answer that decides only its own step's reward against a pole that falls 300 steps after a
+    # drift starts), the one preset then keeps both policies and each task's returns choose. reward
+    # and bandit need agent.reward_head > 0. Logged as charts/bandit_*.
+    acting_head: str = "q"
+    # The bandit's window of training episodes, its UCB bonus (times the window's return range)
+    # and the share of episodes that take a uniformly random head.
+    bandit_window: int = 160
+    bandit_beta: float = 1.0
+    bandit_explore: float = 0.2
     # Huber loss threshold on the TD error.
     huber_delta: float = 1.0
     # Global gradient-norm clip.
@@ -147,6 +161,18 @@ class RDQNConfig:
         check(which in ("all", "others"), "agent.target_anchor_actions", which, "all|others")
         weight = self.reward_head
         check(finite(weight) and weight >= 0, "agent.reward_head", weight, ">= 0 (0 = off)")
+        heads = ("q", "reward", "bandit")
+        check(self.acting_head in heads, "agent.acting_head", self.acting_head, "|".join(heads))
+        if self.acting_head != "q" and not weight:
+            raise ConfigError(
+                f"agent.acting_head={self.acting_head} needs the reward head: set agent.reward_head > 0, "
+                "or allowed q"
+            )
+        check(self.bandit_window >= 1, "agent.bandit_window", self.bandit_window, "integers >= 1")
+        beta = self.bandit_beta
+        check(finite(beta) and beta >= 0, "agent.bandit_beta", beta, ">= 0")
+        explore = self.bandit_explore
+        check(finite(explore) and 0 <= explore <= 1, "agent.bandit_explore", explore, "[0, 1]")
         if weight and self.twin_q:
             raise ConfigError(
                 f"agent.reward_head={weight} needs the second Q head that agent.twin_q=true takes: "
@@ -226,6 +252,7 @@ class RDQNLearner:
             self.averager = TargetUpdater([(self.online_q, self.average_q)])
             self.averager.copy()
         self.ladder: np.ndarray | None = None  # per-env epsilons when agent.epsilon_ladder is on
+        self.bandit: HeadBandit | None = None  # the acting policy's head bandit (agent.acting_head)
         lr = config.lr
         if config.lr_end is not None:  # evaluated at the optimizer's iterations (checkpointed)
             lr = keras.optimizers.schedules.PolynomialDecay(config.lr, config.lr_decay_updates, config.lr_end)
@@ -295,14 +322,17 @@ class RDQNLearner:
         policy.net.sync()
 
     def schedule_scalars(self, env_steps: int) -> dict[str, float]:
-        """Exploration schedule values to log (the ladder's mean, smallest and largest epsilon)."""
+        """Exploration schedule values to log (the ladder's mean, smallest and largest epsilon),
+        and the head bandit's per-head mean return and share."""
+        bandit = self.bandit.scalars() if self.bandit is not None else {}
         if self.ladder is not None:
             return {
                 "charts/epsilon": float(self.ladder.mean()),
                 "charts/epsilon_min": float(self.ladder.min()),
                 "charts/epsilon_max": float(self.ladder.max()),
+                **bandit,
             }
-        return {"charts/epsilon": epsilon_at(self.config, env_steps)}
+        return {"charts/epsilon": epsilon_at(self.config, env_steps), **bandit}
 
     def features(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Network inputs from replay rows: the observation leaves ``[B, L, ...]`` and, with
@@ -467,12 +497,19 @@ def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RD
         epsilon = lambda: learner.ladder  # noqa: E731  (one fixed epsilon per env)
     else:
         epsilon = lambda: epsilon_at(config.agent, counters.env_steps)  # noqa: E731
+    a = config.agent
+    bandit = None
+    if a.acting_head == "bandit":
+        bandit = HeadBandit(2, a.bandit_window, a.bandit_beta, a.bandit_explore)
+    learner.bandit = bandit
     policy = EpsilonGreedy(
         NumpyNetwork(learner.online_q),
         spec.num_actions,
         epsilon,
         seed=config.seed + 17,
         inputs=config.network.inputs,
+        head={"q": 0, "reward": 1, "bandit": "bandit"}[a.acting_head],
+        bandit=bandit,
     )
     return learner, policy
 

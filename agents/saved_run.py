@@ -95,11 +95,14 @@ def load_run(run_dir: str | Path, step: int | None = None, backend: str | None =
             normalizer = ObsNormalizer(spec.observation)
             normalizer.load_state_dict(state_part(extra, "obs_norm/"))
             normalizer.push(learner.networks())
+        bandit = state_part(extra, "policy/")
+        if bandit:  # which head greedy acting uses (agent.acting_head=bandit)
+            policy.load_state_dict(bandit)
 
     # Acting needs the weights only (and, from checkpoints of the older layout, the observation
-    # statistics): the replay, which can be gigabytes, is not read.
+    # statistics; with a head bandit, its window): the replay, which can be gigabytes, is not read.
     def keys(name: str) -> bool:
-        return name.startswith("obs_norm/")
+        return name.startswith(("obs_norm/", "policy/bandit"))
 
     steps = ckpt.complete_steps()
     if step is None:

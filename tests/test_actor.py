@@ -64,6 +64,7 @@ class ScriptedPolicy:
         self.net = CountingNet()
         self.seen: list[dict[str, np.ndarray]] = []
         self.starts: list[np.ndarray] = []
+        self.ends: list[tuple[np.ndarray, np.ndarray]] = []
 
     def act(self, obs, prev_action, prev_reward, state, explore):
         self.seen.append({"prev_action": prev_action.copy(), "state": state[0].copy()})
@@ -72,6 +73,9 @@ class ScriptedPolicy:
 
     def episode_start(self, envs: np.ndarray) -> None:
         self.starts.append(envs.copy())
+
+    def episode_end(self, envs: np.ndarray, returns: np.ndarray) -> None:
+        self.ends.append((envs.copy(), returns.copy()))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {}
@@ -121,6 +125,9 @@ def test_rows_at_episode_boundaries_with_next_step_autoreset() -> None:
         assert got == want
     seen_state = np.stack([s["state"][:, 0] for s in policy.seen], axis=1)  # [E, steps]
     np.testing.assert_array_equal(seen_state, replay.data["state"][:steps, :, 0].T)
+    # The policy hears of each finished training episode, on the step it ends (e.g. to credit it).
+    heard = [(list(envs), list(returns)) for envs, returns in policy.ends]
+    assert heard == [(s.envs, s.returns) for s in ended if s.envs]
 
 
 def test_prev_action_is_one_hot_of_the_last_action_and_zero_at_episode_start() -> None:

@@ -112,6 +112,25 @@ def test_worker_takes_its_ladder_slice_and_seeds_its_columns(tiny_config: Config
     assert worker.collect(update)["version"] == 3 and worker.counters.env_steps == 3 * 10 * 4
 
 
+def test_worker_reports_the_head_each_finished_episode_acted_with(tiny_config: Config) -> None:
+    """With rdqn's head bandit each worker picks heads for its own envs and names, per finished
+    episode, the head that acted, so the learner's bandit (greedy evaluation) hears of every one."""
+    config = _ray_config(tiny_config)
+    config.agent.reward_head, config.agent.acting_head = 1.0, "bandit"
+    spec = describe_env(config.env)
+    learner, _ = build_agent(with_training_envs(config), spec, Counters())
+    keys = list(SequenceReplay(400, 4, learner.seq_len, learner.replay_fields(), learner.state_dim).data)
+    worker = ActingWorker(config, spec, 0, keys, env_seed=5, reset_seed=9)
+    heads, returns = [], []
+    for _ in range(6):
+        block = worker.collect(None)
+        heads += block["heads"]
+        returns += block["returns"]
+    assert len(heads) == len(returns) > 0 and set(heads) <= {0, 1}
+    np.testing.assert_array_equal(worker.policy.bandit.arm_history, heads)
+    np.testing.assert_array_equal(worker.policy.bandit.return_history, returns)
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     started = start_ray(RunnerConfig(kind="ray", num_cpus=2))
