@@ -25,9 +25,9 @@ CASES = [
     ("agent.lr=abc", "agent.lr=abc is invalid"),
     (
         "agent.learnin_rate=1",
-        "agent.learnin_rate is not a key: allowed adam_epsilon|advantage_learning|average_tau|batch_size|",
+        "agent.learnin_rate is not a key: allowed acting_head|adam_epsilon|advantage_learning|average_tau|",
     ),
-    ("agent=foo", "agent=foo is invalid: allowed r2d2|rddpg|rdqn|rdqn_lambda|rtd3"),
+    ("agent=foo", "agent=foo is invalid: allowed r2d2|r2d2_bandit|rddpg|rdqn|rdqn_lambda|rtd3"),
     ("env=nope", "env=nope is invalid: allowed atari_pong|cartpole|cartpole_p|"),
     ("+foo=1", "foo is not a key: allowed agent|env|"),
     ("+agent.foo=1", "agent.foo is not a key: allowed"),

@@ -80,12 +80,13 @@ def test_the_suite_agent_goes_to_tasks_that_name_none():
         ("c", "other", ["agent=rtd3", "agent=rdqn"]),  # the later one, the variant's, wins
     ]
     assert suite.invalid(cfg) is None
-    assert suite.discrete_presets() == ["r2d2", "rdqn", "rdqn_lambda"]
+    assert suite.discrete_presets() == ["r2d2", "r2d2_bandit", "rdqn", "rdqn_lambda"]
     for bad in ("dqn", "rtd3"):  # unknown, or a preset for continuous actions
         cfg.discrete_agent = bad
+        allowed = "r2d2|r2d2_bandit|rdqn|rdqn_lambda"
         assert (
             suite.invalid(cfg)
-            == f"discrete_agent={bad!r} is not a discrete-action agent preset: allowed r2d2|rdqn|rdqn_lambda"
+            == f"discrete_agent={bad!r} is not a discrete-action agent preset: allowed {allowed}"
         )
     cfg.discrete_agent = "dqn"
     assert "Tasks that name no agent run `agent=dqn`." in suite.format_table(cfg, {})
