@@ -198,11 +198,9 @@ class EpsilonGreedy:
 
     def _heads(self, n: int, explore: bool) -> np.ndarray | None:
         """``[n]`` head per env, or ``None`` for the first head everywhere."""
-        if self.bandit is None:
-            return None if self.head == 0 else np.full(n, int(self.head), np.int64)
-        if not explore:
-            best = self.greedy_head()
-            return None if best == 0 else np.full(n, best, np.int64)
+        if self.bandit is None or not explore:  # one head for every env
+            head = self.greedy_head()
+            return None if head == 0 else np.full(n, head, np.int64)
         if len(self.arms) != n:  # first call: every env starts an episode
             self.arms = self.bandit.choose(n, self.rng)
         return self.arms
