@@ -116,7 +116,7 @@ class RecurrentNetwork(keras.Model):
         """``observation``: the env's leaves (an int ``F``: one flat vector input ``[B, T, F]``);
         ``extras_dim``: width of the ``extras`` input (network.inputs); ``normalize``: scale vector
         and image leaves by running statistics (agents/normalizer.py); ``heads``: output heads on
-        the shared torso (2 for clipped double Q, or for rdqn's reward-prediction head). The
+        the shared torso, 1 to 3 (rdqn's clipped double Q twin and/or reward-prediction head). The
         network's output (``call``, ``unroll``) is the first head's; ``unroll_segments(all_heads=True)``
         gives them all (acting and export pick one by rdqn's ``agent.acting_head``)."""
         super().__init__(name=name)
@@ -133,18 +133,20 @@ class RecurrentNetwork(keras.Model):
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
         # Dueling (Wang et al. 2016): ``head`` is the advantage stream, ``value_head`` the value.
         self.value_head = keras.layers.Dense(1, name="value_head") if config.dueling else None
-        if heads not in (1, 2):
-            raise ValueError(f"heads must be 1 or 2, got {heads}")
-        # The second head (and its value stream): same torso, own weights. Clipped double Q's twin,
-        # or rdqn's reward predictor (agent.reward_head); the layer names stay "twin_*" either way.
-        self.twin_head = (
-            keras.layers.Dense(output_dim, activation=output_activation, name="twin_head")
-            if heads == 2
-            else None
-        )
-        self.twin_value_head = (
-            keras.layers.Dense(1, name="twin_value_head") if heads == 2 and config.dueling else None
-        )
+        if heads not in (1, 2, 3):
+            raise ValueError(f"heads must be 1, 2 or 3, got {heads}")
+
+        # More heads (each with its value stream): same torso, own weights. rdqn's clipped double Q
+        # twin and/or its reward predictor (agent.reward_head), in that order; the slots are named
+        # by position ("twin_*", then "third_*") whatever they learn.
+        def extra(slot: int, prefix: str) -> tuple[keras.layers.Dense | None, keras.layers.Dense | None]:
+            if heads <= slot:
+                return None, None
+            head = keras.layers.Dense(output_dim, activation=output_activation, name=f"{prefix}_head")
+            return head, keras.layers.Dense(1, name=f"{prefix}_value_head") if config.dueling else None
+
+        self.twin_head, self.twin_value_head = extra(1, "twin")
+        self.third_head, self.third_value_head = extra(2, "third")
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.
         with keras.name_scope(self.name):
@@ -154,15 +156,23 @@ class RecurrentNetwork(keras.Model):
             for layer in self.post:
                 layer.build((None, width))
                 width = layer.units
-            for layer in (self.head, self.value_head, self.twin_head, self.twin_value_head):
-                if layer is not None:
-                    layer.build((None, width))
+            for pair in self.head_pairs:
+                for layer in pair:
+                    if layer is not None:
+                        layer.build((None, width))
         self.built = True
 
     @property
     def heads(self) -> int:
-        """Number of output heads (1, or 2 with a twin Q head or a reward-prediction head)."""
-        return 1 if self.twin_head is None else 2
+        """Number of output heads (1 to 3: the Q head, a twin Q head and/or a reward-prediction head)."""
+        return len(self.head_pairs)
+
+    @property
+    def head_pairs(self) -> list[tuple[keras.layers.Dense, keras.layers.Dense | None]]:
+        """Each output head and its value stream (``None`` without dueling), in slot order."""
+        pairs = [(self.head, self.value_head), (self.twin_head, self.twin_value_head)]
+        pairs.append((self.third_head, self.third_value_head))
+        return [pair for pair in pairs if pair[0] is not None]
 
     @property
     def state_sizes(self) -> tuple[int, ...]:
@@ -206,14 +216,10 @@ class RecurrentNetwork(keras.Model):
         for i, x in zip(live, hs, strict=True):
             for layer in self.post:
                 x = layer(x)
-            # Each head in turn (the twin only with ``all_heads``). Dueling: advantage mean removed,
-            # so value and advantage are identifiable. Inline, not a helper: the update's call path
-            # stays one pass through this file.
-            pairs = [(self.head, self.value_head)]
-            if all_heads and self.twin_head is not None:
-                pairs.append((self.twin_head, self.twin_value_head))
+            # Each head in turn (the others only with ``all_heads``). Dueling: advantage mean
+            # removed, so value and advantage are identifiable.
             heads = []
-            for head, value_head in pairs:
+            for head, value_head in self.head_pairs[: None if all_heads else 1]:
                 out = head(x)  # [B, T, O]
                 if value_head is not None:
                     out = value_head(x) + out - tf.reduce_mean(out, axis=-1, keepdims=True)
@@ -295,10 +301,11 @@ class NumpyNetwork:
         self.head = dense(self.network.head)
         value_head = getattr(self.network, "value_head", None)
         self.value_head = dense(value_head) if value_head is not None else None
-        twin = getattr(self.network, "twin_head", None)  # the second head, if any, and its value stream
-        twin_value = getattr(self.network, "twin_value_head", None)
-        self.twin_head = dense(twin) if twin is not None else None
-        self.twin_value_head = dense(twin_value) if twin_value is not None else None
+        # Every head after the first (none on an actor), each with its value stream or None.
+        self.extra_heads = [
+            (dense(head), dense(value) if value is not None else None)
+            for head, value in getattr(self.network, "head_pairs", [])[1:]
+        ]
 
     def initial_state(self, batch_size: int) -> tuple[np.ndarray, ...]:
         """Zero state: tuple of ``[B, U]`` float32 arrays."""
@@ -311,17 +318,19 @@ class NumpyNetwork:
         head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """Leaves ``[B, ...]`` (an array ``[B, F]`` for one flat leaf) and ``extras`` ``[B, X]`` ->
-        outputs ``[B, O]`` and the next state. ``head`` ``[B]`` (0 or 1) picks each row's output
-        head on a two-headed network; ``None``: the first head for every row."""
+        outputs ``[B, O]`` and the next state. ``head`` ``[B]`` (a slot index, 0 to heads - 1) picks
+        each row's output head on a network with more than one; ``None``: the first head for every row."""
         if self._stale:
             self._pull()
         x, state = numpy_core_step(self.cell, self.core, self.encoder.step(x), state, self.reset_after)
         for weights in self.post:
             x = numpy_dense_relu_step(weights, x)
         out = self._head(x, self.head, self.value_head)
-        if head is not None and self.twin_head is not None and np.any(head):
-            second = self._head(x, self.twin_head, self.twin_value_head)
-            out = np.where(np.asarray(head)[:, None] == 1, second, out)
+        if head is not None and np.any(head):
+            head = np.asarray(head)
+            for slot in np.unique(head[head > 0]):
+                other = self._head(x, *self.extra_heads[slot - 1])
+                out = np.where(head[:, None] == slot, other, out)
         if self.activation == "tanh":
             out = np.tanh(out)
         elif self.activation != "linear":

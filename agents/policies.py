@@ -169,9 +169,9 @@ class EpsilonGreedy:
     ``inputs`` (``network.inputs``) adds the one-hot previous action ``[E, A]`` and/or the
     previous reward ``[E]`` as extra inputs, as the learner does from replay.
 
-    On a two-headed network ``head`` picks the head that acts: 0 (the Q head), 1 (the second head)
-    or ``"bandit"``, where a :class:`HeadBandit` picks one per env per training episode and greedy
-    acting uses its best head.
+    On a network with more than one head ``head`` picks the slot that acts (0: the Q head), or
+    ``"bandit"``: a :class:`HeadBandit` picks one arm per env per training episode and greedy acting
+    uses its best arm; ``slots`` ``[arms]`` maps each arm to the network's head slot.
     """
 
     def __init__(
@@ -183,6 +183,7 @@ class EpsilonGreedy:
         inputs: Sequence[str] = (),
         head: int | str = 0,
         bandit: HeadBandit | None = None,
+        slots: Sequence[int] = (0, 1),
     ) -> None:
         self.net = net
         self.num_actions = num_actions
@@ -190,20 +191,21 @@ class EpsilonGreedy:
         self.inputs = list(inputs)
         self.rng = np.random.default_rng(seed)
         self.head, self.bandit = head, bandit
+        self.slots = np.asarray(slots, np.int64)
         self.arms = np.zeros(0, np.int64)  # [E] the head each env's current training episode acts with
 
     def greedy_head(self) -> int:
-        """The head greedy acting (evaluation, export) uses."""
-        return self.bandit.best() if self.bandit is not None else int(self.head)
+        """The head slot greedy acting (evaluation, export) uses."""
+        return int(self.slots[self.bandit.best()]) if self.bandit is not None else int(self.head)
 
     def _heads(self, n: int, explore: bool) -> np.ndarray | None:
-        """``[n]`` head per env, or ``None`` for the first head everywhere."""
+        """``[n]`` head slot per env, or ``None`` for the first head everywhere."""
         if self.bandit is None or not explore:  # one head for every env
             head = self.greedy_head()
             return None if head == 0 else np.full(n, head, np.int64)
         if len(self.arms) != n:  # first call: every env starts an episode
             self.arms = self.bandit.choose(n, self.rng)
-        return self.arms
+        return self.slots[self.arms]
 
     def act(
         self,

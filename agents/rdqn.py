@@ -92,7 +92,7 @@ class RDQNConfig:
     # the head that acts: where an action decides only its own step's reward (popgym CountRecall),
     # a long discount buries that in bootstrapped value; this head sees it alone. Acting,
     # evaluation and export use the first head unless acting_head says otherwise. Logged as
-    # losses/reward_head. Not with twin_q (both use the second head). 0 = off.
+    # losses/reward_head. With twin_q it is a third head. 0 = off.
     reward_head: float = 0.0
     # Which head acts, in training and greedy evaluation and export: q (the Q head), reward (the
     # reward head: the myopic policy argmax_a E[r_t | history, a]), or bandit: Agent57's
@@ -173,11 +173,6 @@ class RDQNConfig:
         check(finite(beta) and beta >= 0, "agent.bandit_beta", beta, ">= 0")
         explore = self.bandit_explore
         check(finite(explore) and 0 <= explore <= 1, "agent.bandit_explore", explore, "[0, 1]")
-        if weight and self.twin_q:
-            raise ConfigError(
-                f"agent.reward_head={weight} needs the second Q head that agent.twin_q=true takes: "
-                "allowed 0 with agent.twin_q=true"
-            )
         every = self.staleness_every
         check(every >= 0, "agent.staleness_every", every, "integers >= 0 (0 = off)")
 
@@ -238,9 +233,10 @@ class RDQNLearner:
         # Per-step inputs: the observation leaves, and extras (the one-hot previous action and the
         # previous reward) if network.inputs asks for them.
         self.extras_dim = extras_width(num_actions, self.inputs)
-        # The second head: the twin of clipped double Q, or the reward predictor.
-        two = config.twin_q or bool(config.reward_head)
-        kw = {"extras_dim": self.extras_dim, "normalize": True, "heads": 2 if two else 1}
+        # Head slots: the Q head, then the twin of clipped double Q, then the reward predictor.
+        self.reward_slot = (1 + int(config.twin_q)) if config.reward_head else None
+        heads = 1 + int(config.twin_q) + int(bool(config.reward_head))
+        kw = {"extras_dim": self.extras_dim, "normalize": True, "heads": heads}
         self.online_q = RecurrentNetwork(network, self.observation, num_actions, name="online_q", **kw)
         self.target_q = RecurrentNetwork(network, self.observation, num_actions, name="target_q", **kw)
         self.targets = TargetUpdater([(self.online_q, self.target_q)])
@@ -382,8 +378,10 @@ class RDQNLearner:
         twin, aux = cfg.twin_q, bool(cfg.reward_head)
         obs, first = {k: batch[k] for k in self.input_keys}, batch["first"]
         state = split_state(batch["state"], self.online_q.state_sizes)
-        # [B, L, A]; with twin heads [B, L, 2, A]
+        # [B, L, A]; with twin heads [B, L, 2, A] (the reward head's slot, if any, dropped)
         (q_target,), _ = self.target_q.unroll_segments(obs, state, first, (), all_heads=twin)
+        if twin and aux:
+            q_target = q_target[:, :, :2]
         variables = self.online_q.trainable_variables
         action = batch["action"][:, bi : bi + tl]  # [B, T]
         with tf.GradientTape() as tape:
@@ -396,9 +394,10 @@ class RDQNLearner:
                 time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl), all_heads=twin or aux
             )
             q_trace, q_tail = segments[1], segments[2]
-            if aux:  # [B, T, 2, A] -> the acting head's Q and the reward head's predictions
-                reward_pred, q_trace = q_trace[:, :, 1], q_trace[:, :, 0]
-                q_tail = None if q_tail is None else q_tail[:, :, 0]
+            if aux:  # [B, T, H, A] -> the Q head(s) ([B, T, (2,) A]) and the reward head's predictions
+                q_heads = slice(0, 2) if twin else 0
+                reward_pred, q_trace = q_trace[:, :, -1], q_trace[:, :, q_heads]
+                q_tail = None if q_tail is None else q_tail[:, :, q_heads]
             if twin:  # every head's value of the action taken: [B, T, 2]
                 q_taken = tf.gather(q_trace, tf.stack([action, action], axis=2), batch_dims=3)
             else:
@@ -502,14 +501,16 @@ def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RD
     if a.acting_head == "bandit":
         bandit = HeadBandit(2, a.bandit_window, a.bandit_beta, a.bandit_explore)
     learner.bandit = bandit
+    reward = learner.reward_slot  # the bandit's arms are the Q head (slot 0) and the reward head
     policy = EpsilonGreedy(
         NumpyNetwork(learner.online_q),
         spec.num_actions,
         epsilon,
         seed=config.seed + 17,
         inputs=config.network.inputs,
-        head={"q": 0, "reward": 1, "bandit": "bandit"}[a.acting_head],
+        head={"q": 0, "reward": reward, "bandit": "bandit"}[a.acting_head],
         bandit=bandit,
+        slots=(0, reward if reward is not None else 0),
     )
     return learner, policy
 

@@ -57,15 +57,17 @@ def test_bandit_window_forgets_old_episodes_and_explores_at_its_rate() -> None:
     assert scalars["charts/bandit_head0_share"] == 0.9 and scalars["charts/bandit_head1_return"] == 0.0
 
 
-def test_numpy_mirror_acts_with_the_head_each_row_asks_for() -> None:
+@pytest.mark.parametrize("n_heads", [2, 3])
+def test_numpy_mirror_acts_with_the_head_each_row_asks_for(n_heads: int) -> None:
     config = NetworkConfig(units=8, pre_layers=[8], dueling=True, backend="graph")
-    net = RecurrentNetwork(config, 3, 4, heads=2)
+    net = RecurrentNetwork(config, 3, 4, heads=n_heads)
     mirror = NumpyNetwork(net)
     x = np.random.default_rng(2).standard_normal((4, 2, 3)).astype(np.float32)  # [B, T, F]
     zero, first = net.initial_state(4), tf.zeros((4, 2))
-    (want,), _ = net.unroll_segments(tf.constant(x), zero, first, (), all_heads=True)  # [B, T, 2, A]
+    (want,), _ = net.unroll_segments(tf.constant(x), zero, first, (), all_heads=True)  # [B, T, H, A]
     want = want.numpy()
-    heads = np.array([0, 1, 1, 0])
+    assert want.shape == (4, 2, n_heads, 4)
+    heads = np.array([0, 1, n_heads - 1, 0])
     state = mirror.initial_state(4)
     for t in range(2):
         got, state = mirror.step(x[:, t], state, heads)
@@ -73,15 +75,19 @@ def test_numpy_mirror_acts_with_the_head_each_row_asks_for() -> None:
     plain, _ = mirror.step(x[:, 0], mirror.initial_state(4))  # no head given: the first for all
     np.testing.assert_allclose(plain, want[:, 0, 0], atol=1e-5)
     assert not np.allclose(want[:, 0, 0], want[:, 0, 1])
+    assert not np.allclose(want[:, 0, 1], want[:, 0, -1]) or n_heads == 2
 
 
 class _HeadNet:
     """Q = one-hot of the head asked for, so the greedy action names the head that acted."""
 
+    def __init__(self, heads: int = 2) -> None:
+        self.heads = heads
+
     def step(self, x, state, head=None):  # noqa: ANN001, ANN201
         n = len(x["obs"])
         head = np.zeros(n, np.int64) if head is None else np.asarray(head)
-        return np.eye(2, dtype=np.float32)[head], state
+        return np.eye(self.heads, dtype=np.float32)[head], state
 
 
 def test_epsilon_greedy_credits_each_episode_to_its_head_and_acts_greedily_with_the_best() -> None:
@@ -106,6 +112,13 @@ def test_epsilon_greedy_credits_each_episode_to_its_head_and_acts_greedily_with_
     assert restored.greedy_head() == 1
     fixed = EpsilonGreedy(_HeadNet(), 2, lambda: 0.0, seed=3, head=1)
     assert list(fixed.act(obs, none, none, (), explore=True)[0]) == [1] * 6 and fixed.greedy_head() == 1
+    # with a twin Q head in slot 1 the bandit's second arm is the reward head in slot 2
+    bandit = HeadBandit(2, window=50, beta=0.0, explore=1.0)
+    third = EpsilonGreedy(_HeadNet(3), 3, lambda: 0.0, seed=3, bandit=bandit, slots=(0, 2))
+    acted, _ = third.act(obs, none, none, (), explore=True)
+    np.testing.assert_array_equal(acted, 2 * third.arms)
+    third.episode_end(np.arange(6), np.where(third.arms == 1, 5.0, 0.0))
+    assert set(third.bandit.arm_history) == {0, 1} and third.greedy_head() == 2
 
 
 def test_acting_head_settings_are_checked() -> None:
@@ -119,11 +132,14 @@ def test_acting_head_settings_are_checked() -> None:
         RDQNConfig(reward_head=1.0, acting_head="bandit", bandit_window=0).validate()
 
 
-@pytest.mark.parametrize("acting", ["bandit", "reward"])
-def test_a_run_keeps_its_bandit_and_exports_the_head_it_acts_with(tiny_config: Config, acting: str) -> None:
+@pytest.mark.parametrize(("acting", "twin"), [("bandit", False), ("reward", False), ("reward", True)])
+def test_a_run_keeps_its_bandit_and_exports_the_head_it_acts_with(
+    tiny_config: Config, acting: str, twin: bool
+) -> None:
     config = copy.deepcopy(tiny_config)
     config.agent.reward_head = 1.0
     config.agent.acting_head = acting
+    config.agent.twin_q = twin
     config.agent.bandit_window = 10_000  # every episode of the run stays in the window
     validate(config)
     summary = train(config)
@@ -132,7 +148,7 @@ def test_a_run_keeps_its_bandit_and_exports_the_head_it_acts_with(tiny_config: C
         arms = saved.policy.bandit.arm_history
         assert len(arms) == summary["episodes"] > 0 and set(arms) <= {0, 1}
     head = saved.policy.greedy_head()
-    assert head == 1 or acting == "bandit"
+    assert head == 1 + twin or acting == "bandit"
     module = PolicyModule(saved, "online")
     assert module.head == head
     mirror = NumpyNetwork(saved.learner.eval_network("online"))
