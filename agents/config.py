@@ -221,6 +221,7 @@ FROZEN_ON_RESUME = (
     "agent.twin_critics",
     "agent.twin_q",
     "agent.reward_head",
+    "agent.short_gamma",
     "agent.average_tau",
     "agent.shared_core",
     "seed",

@@ -116,9 +116,10 @@ class RecurrentNetwork(keras.Model):
         """``observation``: the env's leaves (an int ``F``: one flat vector input ``[B, T, F]``);
         ``extras_dim``: width of the ``extras`` input (network.inputs); ``normalize``: scale vector
         and image leaves by running statistics (agents/normalizer.py); ``heads``: output heads on
-        the shared torso, 1 to 3 (rdqn's clipped double Q twin and/or reward-prediction head). The
-        network's output (``call``, ``unroll``) is the first head's; ``unroll_segments(all_heads=True)``
-        gives them all (acting and export pick one by rdqn's ``agent.acting_head``)."""
+        the shared torso, 1 to 4 (rdqn's clipped double Q twin, reward-prediction and
+        short-discount heads). The network's output (``call``, ``unroll``) is the first head's;
+        ``unroll_segments(all_heads=True)`` gives them all (acting and export pick one by rdqn's
+        ``agent.acting_head``)."""
         super().__init__(name=name)
         if config.cell not in CELLS:
             raise ValueError(f"unknown cell {config.cell!r}")
@@ -133,12 +134,13 @@ class RecurrentNetwork(keras.Model):
         self.head = keras.layers.Dense(output_dim, activation=output_activation, name="head")
         # Dueling (Wang et al. 2016): ``head`` is the advantage stream, ``value_head`` the value.
         self.value_head = keras.layers.Dense(1, name="value_head") if config.dueling else None
-        if heads not in (1, 2, 3):
-            raise ValueError(f"heads must be 1, 2 or 3, got {heads}")
-
         # More heads (each with its value stream): same torso, own weights. rdqn's clipped double Q
-        # twin and/or its reward predictor (agent.reward_head), in that order; the slots are named
-        # by position ("twin_*", then "third_*") whatever they learn.
+        # twin, its reward predictor (agent.reward_head) and its short-discount Q head
+        # (agent.short_gamma), those present in that order; the slots are named by position
+        # ("twin_*", "third_*", "fourth_*") whatever they learn.
+        if heads not in (1, 2, 3, 4):
+            raise ValueError(f"heads must be 1 to 4, got {heads}")
+
         def extra(slot: int, prefix: str) -> tuple[keras.layers.Dense | None, keras.layers.Dense | None]:
             if heads <= slot:
                 return None, None
@@ -147,6 +149,7 @@ class RecurrentNetwork(keras.Model):
 
         self.twin_head, self.twin_value_head = extra(1, "twin")
         self.third_head, self.third_value_head = extra(2, "third")
+        self.fourth_head, self.fourth_value_head = extra(3, "fourth")
         # Build every layer under this model's name so variable paths read "<name>/<layer>/<var>"
         # and online/target twins pair by path.
         with keras.name_scope(self.name):
@@ -164,14 +167,14 @@ class RecurrentNetwork(keras.Model):
 
     @property
     def heads(self) -> int:
-        """Number of output heads (1 to 3: the Q head, a twin Q head and/or a reward-prediction head)."""
+        """Number of output heads (1 to 4: the Q head, then rdqn's twin, reward and short-discount heads)."""
         return len(self.head_pairs)
 
     @property
     def head_pairs(self) -> list[tuple[keras.layers.Dense, keras.layers.Dense | None]]:
         """Each output head and its value stream (``None`` without dueling), in slot order."""
         pairs = [(self.head, self.value_head), (self.twin_head, self.twin_value_head)]
-        pairs.append((self.third_head, self.third_value_head))
+        pairs += [(self.third_head, self.third_value_head), (self.fourth_head, self.fourth_value_head)]
         return [pair for pair in pairs if pair[0] is not None]
 
     @property

@@ -94,14 +94,24 @@ class RDQNConfig:
     # evaluation and export use the first head unless acting_head says otherwise. Logged as
     # losses/reward_head. With twin_q it is a third head. 0 = off.
     reward_head: float = 0.0
+    # A short-discount Q head, in [0, 1) (null: none): one more head on the shared torso learns the
+    # same n-step (or lambda) return as the Q head but with this discount, bootstrapped from its
+    # own target head at its own online greedy action (double Q), with h(x) if value_rescaling and
+    # the anchor if target_anchor; its Huber TD loss joins the loss at weight 1 (logged as
+    # losses/short_head). Agent57's family of discounts, here two: a long one for tasks whose
+    # failures come long after their cause, a short one for tasks whose sparse rewards a long
+    # discount lets the values run away on. The TD errors reported and prioritised are the Q head's.
+    short_gamma: float | None = None
     # Which head acts, in training and greedy evaluation and export: q (the Q head), reward (the
-    # reward head: the myopic policy argmax_a E[r_t | history, a]), or bandit: Agent57's
-    # meta-controller (Badia et al. 2020) picks one of the two per env per training episode by a
+    # reward head: the myopic policy argmax_a E[r_t | history, a]), short (the short-discount
+    # head), or bandit: Agent57's meta-controller (Badia et al. 2020) picks one of the heads (the
+    # Q head and those of reward and short present) per env per training episode by a
     # sliding-window UCB over the returns each head's episodes earned, and greedy acting uses the
     # head of highest windowed mean return. Where the best discount differs between tasks (an
     # answer that decides only its own step's reward against a pole that falls 300 steps after a
-    # drift starts), the one preset then keeps both policies and each task's returns choose. reward
-    # and bandit need agent.reward_head > 0. Logged as charts/bandit_*.
+    # drift starts), the one preset then keeps each policy and each task's returns choose. reward
+    # needs agent.reward_head > 0, short agent.short_gamma, bandit either. Logged as charts/bandit_*
+    # (head k: the k-th of q, reward, short present).
     acting_head: str = "q"
     # The bandit's window of training episodes, its UCB bonus (times the window's return range)
     # and the share of episodes that take a uniformly random head.
@@ -161,13 +171,22 @@ class RDQNConfig:
         check(which in ("all", "others"), "agent.target_anchor_actions", which, "all|others")
         weight = self.reward_head
         check(finite(weight) and weight >= 0, "agent.reward_head", weight, ">= 0 (0 = off)")
-        heads = ("q", "reward", "bandit")
+        short = self.short_gamma
+        if short is not None:
+            check(finite(short) and 0 <= short < 1, "agent.short_gamma", short, "[0, 1) or null")
+        heads = ("q", "reward", "short", "bandit")
         check(self.acting_head in heads, "agent.acting_head", self.acting_head, "|".join(heads))
-        if self.acting_head != "q" and not weight:
-            raise ConfigError(
-                f"agent.acting_head={self.acting_head} needs the reward head: set agent.reward_head > 0, "
-                "or allowed q"
-            )
+        needs = {
+            "reward": (bool(weight), "the reward head: set agent.reward_head > 0"),
+            "short": (short is not None, "the short-discount head: set agent.short_gamma"),
+            "bandit": (
+                bool(weight) or short is not None,
+                "a second head: set agent.reward_head > 0 or agent.short_gamma",
+            ),
+        }
+        have, what = needs.get(self.acting_head, (True, ""))
+        if not have:
+            raise ConfigError(f"agent.acting_head={self.acting_head} needs {what}, or allowed q")
         check(self.bandit_window >= 1, "agent.bandit_window", self.bandit_window, "integers >= 1")
         beta = self.bandit_beta
         check(finite(beta) and beta >= 0, "agent.bandit_beta", beta, ">= 0")
@@ -233,9 +252,14 @@ class RDQNLearner:
         # Per-step inputs: the observation leaves, and extras (the one-hot previous action and the
         # previous reward) if network.inputs asks for them.
         self.extras_dim = extras_width(num_actions, self.inputs)
-        # Head slots: the Q head, then the twin of clipped double Q, then the reward predictor.
-        self.reward_slot = (1 + int(config.twin_q)) if config.reward_head else None
-        heads = 1 + int(config.twin_q) + int(bool(config.reward_head))
+        # Head slots: the Q head, then those present of the twin of clipped double Q, the reward
+        # predictor and the short-discount Q head.
+        heads = 1 + int(config.twin_q)
+        self.reward_slot = self.short_slot = None
+        if config.reward_head:
+            self.reward_slot, heads = heads, heads + 1
+        if config.short_gamma is not None:
+            self.short_slot, heads = heads, heads + 1
         kw = {"extras_dim": self.extras_dim, "normalize": True, "heads": heads}
         self.online_q = RecurrentNetwork(network, self.observation, num_actions, name="online_q", **kw)
         self.target_q = RecurrentNetwork(network, self.observation, num_actions, name="target_q", **kw)
@@ -375,13 +399,16 @@ class RDQNLearner:
 
     def _train_step(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         cfg, bi, tl = self.config, self.burn_in, self.trace_length
-        twin, aux = cfg.twin_q, bool(cfg.reward_head)
+        twin, aux, short = cfg.twin_q, bool(cfg.reward_head), self.short_slot is not None
         obs, first = {k: batch[k] for k in self.input_keys}, batch["first"]
         state = split_state(batch["state"], self.online_q.state_sizes)
-        # [B, L, A]; with twin heads [B, L, 2, A] (the reward head's slot, if any, dropped)
-        (q_target,), _ = self.target_q.unroll_segments(obs, state, first, (), all_heads=twin)
-        if twin and aux:
-            q_target = q_target[:, :, :2]
+        q_heads = slice(0, 2) if twin else 0  # the Q head(s) among all heads' outputs [B, L, H, A]
+        # [B, L, A]; with twin heads [B, L, 2, A]
+        (q_target,), _ = self.target_q.unroll_segments(obs, state, first, (), all_heads=twin or short)
+        if short:  # [B, L, A]
+            short_target = q_target[:, :, self.short_slot]
+        if twin or short:  # the Q head(s) alone
+            q_target = q_target[:, :, q_heads]
         variables = self.online_q.trainable_variables
         action = batch["action"][:, bi : bi + tl]  # [B, T]
         with tf.GradientTape() as tape:
@@ -390,13 +417,18 @@ class RDQNLearner:
             # bootstrap action (an argmax: no gradient). The state is stopped between the segments,
             # so no backward runs over the burn-in or the tail.
             stop = None if cfg.double_q else bi + tl  # without double Q no tail is needed
+            every = twin or aux or short  # all heads' outputs, [B, T, H, A]
             segments, _ = self.online_q.unroll_segments(
-                time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl), all_heads=twin or aux
+                time_slice(obs, 0, stop), state, first[:, :stop], (bi, bi + tl), all_heads=every
             )
             q_trace, q_tail = segments[1], segments[2]
-            if aux:  # [B, T, H, A] -> the Q head(s) ([B, T, (2,) A]) and the reward head's predictions
-                q_heads = slice(0, 2) if twin else 0
-                reward_pred, q_trace = q_trace[:, :, -1], q_trace[:, :, q_heads]
+            if aux or short:  # [B, T, H, A] -> the Q head(s) ([B, T, (2,) A]) and the others' [B, T, A]
+                if aux:
+                    reward_pred = q_trace[:, :, self.reward_slot]
+                if short:
+                    short_trace = q_trace[:, :, self.short_slot]
+                    short_tail = None if q_tail is None else q_tail[:, :, self.short_slot]
+                q_trace = q_trace[:, :, q_heads]
                 q_tail = None if q_tail is None else q_tail[:, :, q_heads]
             if twin:  # every head's value of the action taken: [B, T, 2]
                 q_taken = tf.gather(q_trace, tf.stack([action, action], axis=2), batch_dims=3)
@@ -446,6 +478,27 @@ class RDQNLearner:
                 drift = tf.reduce_mean(drift, axis=[2, 3] if twin else 2)  # over heads and actions
                 per_step = per_step + cfg.target_anchor * drift
                 anchor_mean = masked_mean(drift, mask)
+            if short:  # the short-discount head learns the same return at its own discount: [B, T]
+                if cfg.double_q:
+                    short_online = tf.concat([short_trace, short_tail], axis=1)  # [B, T+n, A]
+                    greedy = tf.argmax(short_online, axis=-1, output_type=tf.int32)
+                    value = tf.gather(short_target[:, bi:], greedy, batch_dims=2)
+                else:
+                    value = tf.reduce_max(short_target[:, bi:], axis=-1)
+                value = tf.stop_gradient(value)
+                if cfg.value_rescaling:
+                    value = unrescale(value)
+                short_y = td_targets(*outcome, value, cfg.short_gamma, cfg.n_step, cfg.td_lambda, tl)
+                if cfg.value_rescaling:
+                    short_y = rescale(short_y)
+                short_step = huber(short_y - tf.gather(short_trace, action, batch_dims=2), cfg.huber_delta)
+                short_mean = masked_mean(short_step, mask)
+                per_step = per_step + short_step
+                if cfg.target_anchor:
+                    short_drift = tf.square(short_trace - tf.stop_gradient(short_target[:, bi : bi + tl]))
+                    if cfg.target_anchor_actions == "others":
+                        short_drift = short_drift * others * self.num_actions / max(self.num_actions - 1, 1)
+                    per_step = per_step + cfg.target_anchor * tf.reduce_mean(short_drift, axis=2)
             if aux:  # the reward head's error on the action taken, in reward units: [B, T]
                 reward_error = batch["reward"][:, bi : bi + tl] - tf.gather(reward_pred, action, batch_dims=2)
                 reward_step = huber(reward_error, cfg.huber_delta)
@@ -475,6 +528,8 @@ class RDQNLearner:
             metrics["anchor"] = anchor_mean
         if aux:
             metrics["reward_head"] = reward_mean
+        if short:
+            metrics["short_head"] = short_mean
         return metrics
 
 
@@ -498,19 +553,21 @@ def build_rdqn(config: Config, spec: EnvSpec, counters: StepCounter) -> tuple[RD
         epsilon = lambda: epsilon_at(config.agent, counters.env_steps)  # noqa: E731
     a = config.agent
     bandit = None
+    # The bandit's arms: the Q head (slot 0), then the reward and short-discount heads present.
+    slots = [0] + [k for k in (learner.reward_slot, learner.short_slot) if k is not None]
     if a.acting_head == "bandit":
-        bandit = HeadBandit(2, a.bandit_window, a.bandit_beta, a.bandit_explore)
+        bandit = HeadBandit(len(slots), a.bandit_window, a.bandit_beta, a.bandit_explore)
     learner.bandit = bandit
-    reward = learner.reward_slot  # the bandit's arms are the Q head (slot 0) and the reward head
+    fixed = {"q": 0, "reward": learner.reward_slot, "short": learner.short_slot}
     policy = EpsilonGreedy(
         NumpyNetwork(learner.online_q),
         spec.num_actions,
         epsilon,
         seed=config.seed + 17,
         inputs=config.network.inputs,
-        head={"q": 0, "reward": reward, "bandit": "bandit"}[a.acting_head],
+        head=fixed.get(a.acting_head, "bandit"),
         bandit=bandit,
-        slots=(0, reward if reward is not None else 0),
+        slots=slots,
     )
     return learner, policy
 

@@ -122,31 +122,41 @@ def test_epsilon_greedy_credits_each_episode_to_its_head_and_acts_greedily_with_
 
 
 def test_acting_head_settings_are_checked() -> None:
-    with pytest.raises(ConfigError, match=r"^agent.acting_head='best' is invalid: allowed q\|reward\|bandit"):
+    with pytest.raises(ConfigError, match=r"^agent.acting_head='best' is invalid: allowed q\|reward\|short\|bandit"):
         RDQNConfig(reward_head=1.0, acting_head="best").validate()
-    with pytest.raises(ConfigError, match=r"^agent.acting_head=bandit needs the reward head"):
+    with pytest.raises(ConfigError, match=r"^agent.acting_head=bandit needs a second head: .*reward_head"):
         RDQNConfig(acting_head="bandit").validate()
+    RDQNConfig(short_gamma=0.9, acting_head="bandit").validate()  # the short head is a second head
+    with pytest.raises(ConfigError, match=r"^agent.acting_head=reward needs the reward head"):
+        RDQNConfig(short_gamma=0.9, acting_head="reward").validate()
     with pytest.raises(ConfigError, match=r"^agent.bandit_explore"):
         RDQNConfig(reward_head=1.0, acting_head="bandit", bandit_explore=1.5).validate()
     with pytest.raises(ConfigError, match=r"^agent.bandit_window"):
         RDQNConfig(reward_head=1.0, acting_head="bandit", bandit_window=0).validate()
 
 
-@pytest.mark.parametrize(("acting", "twin"), [("bandit", False), ("reward", False), ("reward", True)])
+@pytest.mark.parametrize(
+    ("acting", "twin", "short"),
+    [("bandit", False, False), ("reward", False, False), ("reward", True, False), ("bandit", True, True)],
+)
 def test_a_run_keeps_its_bandit_and_exports_the_head_it_acts_with(
-    tiny_config: Config, acting: str, twin: bool
+    tiny_config: Config, acting: str, twin: bool, short: bool
 ) -> None:
+    """Slots: the Q head, the twin (with twin_q), the reward head, the short head (short_gamma)."""
     config = copy.deepcopy(tiny_config)
     config.agent.reward_head = 1.0
     config.agent.acting_head = acting
     config.agent.twin_q = twin
+    config.agent.short_gamma = 0.9 if short else None
     config.agent.bandit_window = 10_000  # every episode of the run stays in the window
     validate(config)
     summary = train(config)
     saved = load_run(config.run_dir, backend="graph")
     if acting == "bandit":  # the checkpoint holds the window: every finished episode, by head
         arms = saved.policy.bandit.arm_history
-        assert len(arms) == summary["episodes"] > 0 and set(arms) <= {0, 1}
+        assert len(arms) == summary["episodes"] > 0 and set(arms) <= set(range(2 + short))
+        assert saved.policy.bandit.heads == 2 + short
+        np.testing.assert_array_equal(saved.policy.slots, [0, 1 + twin, 2 + twin][: 2 + short])
     head = saved.policy.greedy_head()
     assert head == 1 + twin or acting == "bandit"
     module = PolicyModule(saved, "online")

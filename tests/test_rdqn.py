@@ -222,6 +222,38 @@ def test_reward_head_predicts_the_immediate_reward_beside_an_unchanged_td_loss(t
         RDQNConfig(reward_head=-1.0).validate()
 
 
+@pytest.mark.parametrize("rescale", [False, True])
+def test_short_discount_head_learns_what_a_q_head_of_that_discount_learns(rescale: bool) -> None:
+    """With agent.short_gamma the loss is the Q head's TD loss plus the short head's, and the short
+    head's is exactly the TD loss of a one-headed learner whose discount is short_gamma and whose
+    Q head holds the short head's weights; the TD errors reported stay the Q head's."""
+    cfg = RDQNConfig(batch_size=4, n_step=2, gamma=0.9, lr=0.01, value_rescaling=rescale)
+    net = NetworkConfig(units=8, pre_layers=[8], dueling=True, backend="graph")
+    both = RDQNLearner(dataclasses.replace(cfg, short_gamma=0.5), net, 3, 3, 1, 3)
+    long = RDQNLearner(cfg, net, 3, 3, 1, 3)
+    short = RDQNLearner(dataclasses.replace(cfg, gamma=0.5), net, 3, 3, 1, 3)
+    assert both.online_q.heads == 2 and both.short_slot == 1 and both.reward_slot is None
+    for name in ("online_q", "target_q"):
+        mine = {v.path: v for v in getattr(long, name).trainable_variables}
+        for v in getattr(short, name).trainable_variables:  # same torso, its own (different) heads
+            if "/head/" not in v.path and "/value_head/" not in v.path:
+                v.assign(mine[v.path])
+        theirs = {v.path: v for v in getattr(short, name).trainable_variables}
+        for v in getattr(both, name).trainable_variables:  # the twin slot holds the short head
+            source = theirs if "/twin_" in v.path else mine
+            v.assign(source[v.path.replace("/twin_", "/")])
+    batch = rdqn_batch(long, 4, 3, 3, seed=9)
+    out, base, other = both.step(batch), long.step(batch), short.step(batch)
+    assert not np.allclose(base["loss"], other["loss"])
+    np.testing.assert_allclose(out["short_head"], other["loss"], rtol=1e-4)
+    np.testing.assert_allclose(out["loss"], base["loss"] + other["loss"], rtol=1e-4)
+    np.testing.assert_allclose(out["td_error"], base["td_error"], atol=1e-6)
+    with pytest.raises(ConfigError, match=r"^agent.short_gamma=1.0 is invalid"):
+        RDQNConfig(short_gamma=1.0).validate()
+    with pytest.raises(ConfigError, match=r"^agent.acting_head=short needs the short-discount head"):
+        RDQNConfig(acting_head="short").validate()
+
+
 def test_td_lambda_learner_at_lambda_0_and_1_matches_the_one_and_n_step_learners() -> None:
     """lambda = 0 trains on one-step targets whatever the window; lambda = 1 gives the last trace step
     the n-step target and earlier steps longer returns."""
