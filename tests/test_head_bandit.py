@@ -122,7 +122,8 @@ def test_epsilon_greedy_credits_each_episode_to_its_head_and_acts_greedily_with_
 
 
 def test_acting_head_settings_are_checked() -> None:
-    with pytest.raises(ConfigError, match=r"^agent.acting_head='best' is invalid: allowed q\|reward\|short\|bandit"):
+    allowed = r"^agent.acting_head='best' is invalid: allowed q\|reward\|short\|bandit"
+    with pytest.raises(ConfigError, match=allowed):
         RDQNConfig(reward_head=1.0, acting_head="best").validate()
     with pytest.raises(ConfigError, match=r"^agent.acting_head=bandit needs a second head: .*reward_head"):
         RDQNConfig(acting_head="bandit").validate()
