@@ -67,9 +67,11 @@ def test_rdqn_lambda_preset_is_rdqn_with_lambda_targets_dueling_and_prioritized_
     assert (lam.train, lam.env) == (rdqn.train, rdqn.env)
 
 
-def test_r2d2_bandit_preset_is_r2d2_with_a_reward_head_a_bandit_and_a_48_step_trace() -> None:
+def test_r2d2_bandit_preset_is_r2d2_with_reward_and_short_heads_a_bandit_and_a_48_step_trace() -> None:
     r2d2, bandit = _compose(["agent=r2d2"]), _compose(["agent=r2d2_bandit"])
-    want = replace(r2d2.agent, name="r2d2_bandit", lr=1e-3, reward_head=30.0, acting_head="bandit")
+    want = replace(
+        r2d2.agent, name="r2d2_bandit", lr=1e-3, reward_head=30.0, short_gamma=0.98, acting_head="bandit"
+    )
     assert bandit.agent == want and bandit.agent.kind == "rdqn"
     assert bandit.replay == replace(r2d2.replay, trace_length=48)
     assert (bandit.network, bandit.eval, bandit.train, bandit.env) == (
