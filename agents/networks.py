@@ -220,9 +220,17 @@ class RecurrentNetwork(keras.Model):
             for layer in self.post:
                 x = layer(x)
             # Each head in turn (the others only with ``all_heads``). Dueling: advantage mean
-            # removed, so value and advantage are identifiable.
+            # removed, so value and advantage are identifiable. Inline, not through head_pairs:
+            # the update's call path stays one pass through this file.
             heads = []
-            for head, value_head in self.head_pairs[: None if all_heads else 1]:
+            for head, value_head in (
+                (self.head, self.value_head),
+                (self.twin_head, self.twin_value_head),
+                (self.third_head, self.third_value_head),
+                (self.fourth_head, self.fourth_value_head),
+            ):
+                if head is None or (heads and not all_heads):
+                    break
                 out = head(x)  # [B, T, O]
                 if value_head is not None:
                     out = value_head(x) + out - tf.reduce_mean(out, axis=-1, keepdims=True)
